@@ -1,0 +1,160 @@
+"""``attention()``: the one validation path in front of every kernel.
+
+Kernels assume clean input; everything a user can get wrong is caught here, before
+any large allocation, with a message that names the shapes or values involved.
+"""
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .memory import available_bytes, format_bytes
+from .registry import KERNELS, get_kernel
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The validated shape of one call: inputs (*batch_shape, n, d) etc."""
+
+    batch_shape: tuple
+    n_q: int
+    n_k: int
+    d: int
+    d_v: int
+    dtype: np.dtype
+    causal: bool
+    scale: float
+
+    @property
+    def batch(self):
+        return math.prod(self.batch_shape)
+
+    @property
+    def out_shape(self):
+        return self.batch_shape + (self.n_q, self.d_v)
+
+
+def validate(q, k, v, causal=False, scale=None):
+    """Check shapes, dtypes and scale of one call; return its ``Problem``.
+
+    q (..., n_q, d), k (..., n_k, d), v (..., n_k, d_v), identical leading dims.
+    Raises ValueError (shapes, sizes, scale) or TypeError (dtypes).
+    """
+    arrays = {"q": q, "k": k, "v": v}
+    for name, array in arrays.items():
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"{name} must be a NumPy array, got {type(array).__name__}")
+    for name, array in arrays.items():
+        if array.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name} has dtype {array.dtype}; attention takes float32 or float64")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    for name, array in arrays.items():
+        if array.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions (..., n, d), got shape {array.shape}")
+    shapes = f"q {q.shape}, k {k.shape}, v {v.shape}"
+    if not q.ndim == k.ndim == v.ndim:
+        raise ValueError(f"q, k, v must have the same number of dimensions, got {shapes}")
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        raise ValueError(f"q, k, v must share their leading (batch, head) dimensions, got {shapes}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the head dimension d (last axis), got {shapes}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of keys n_k (axis -2), got {shapes}")
+    n_q, d = q.shape[-2:]
+    n_k, d_v = v.shape[-2:]
+    for label, size in (("n_q", n_q), ("n_k", n_k), ("d", d), ("d_v", d_v)):
+        if size == 0:
+            raise ValueError(f"{label} must be at least 1, got 0 ({shapes})")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    elif not isinstance(scale, numbers.Real) or isinstance(scale, (bool, np.bool_)):
+        raise TypeError(f"scale must be a real number or None, got {scale!r}")
+    elif not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale!r}")
+    return Problem(q.shape[:-2], n_q, n_k, d, d_v, q.dtype, bool(causal), float(scale))
+
+
+def check_resources(kernel, problem, copies_bytes=0):
+    """Raise before allocating if ``kernel`` cannot run ``problem`` here.
+
+    ValueError above the kernel's size cap; MemoryError when the output, the
+    contiguous copies and the kernel's n×n workspace would not fit in available memory.
+    """
+    if not kernel.fits(problem.batch, problem.n_q, problem.n_k):
+        scores = problem.batch * problem.n_q * problem.n_k
+        raise ValueError(
+            f"kernel {kernel.name!r} is capped at {kernel.cap} (pure-Python loops); this call "
+            f"has {problem.batch}·{problem.n_q}·{problem.n_k} = {scores:,} scores; "
+            f"use 'numpy', 'numba_tiled' or 'c_tiled'"
+        )
+    itemsize = problem.dtype.itemsize
+    out_bytes = problem.batch * problem.n_q * problem.d_v * itemsize
+    workspace = kernel.workspace_bytes(
+        problem.batch, problem.n_q, problem.n_k, problem.d, problem.d_v, itemsize, problem.causal
+    )
+    needed = out_bytes + copies_bytes + workspace
+    available = available_bytes()
+    if needed > available:
+        tiled = ", ".join(
+            name for name, k in KERNELS.items() if not k.materialises and k.max_scores is None and not k.external
+        )
+        advice = (
+            f"its {problem.n_q}×{problem.n_k} score buffers alone take {format_bytes(workspace)}; "
+            f"the tiled kernels ({tiled}) never materialise them"
+            if workspace
+            else "reduce the batch or sequence length"
+        )
+        raise MemoryError(
+            f"kernel {kernel.name!r} needs {format_bytes(needed)} ({needed:,} bytes) for "
+            f"batch {problem.batch_shape}, n_q={problem.n_q}, n_k={problem.n_k}, d={problem.d}, "
+            f"d_v={problem.d_v}, {problem.dtype}, but only {format_bytes(available)} is available: {advice}"
+        )
+
+
+def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
+    """softmax(scale · q kᵀ) v over the last two axes, by the kernel named ``kernel``.
+
+    q (..., n_q, d), k (..., n_k, d), v (..., n_k, d_v) -> (..., n_q, d_v), same dtype.
+    ``causal``: query i sees keys j <= i + (n_k - n_q); a query that sees none gives 0.
+    ``scale`` defaults to 1/sqrt(d).  Inputs are never modified.
+    """
+    record = get_kernel(kernel)
+    problem = validate(q, k, v, causal, scale)
+    if problem.batch == 0:
+        return np.zeros(problem.out_shape, problem.dtype)
+    flat = [(a, (problem.batch,) + a.shape[-2:]) for a in (q, k, v)]
+    copies = sum(
+        a.nbytes for a, shape in flat if _needs_copy(a, shape, record.contiguous)
+    )
+    check_resources(record, problem, copies)
+    q3, k3, v3 = (_as_batched(a, shape, record.contiguous) for a, shape in flat)
+    out = np.empty((problem.batch, problem.n_q, problem.d_v), problem.dtype)
+    record.run(q3, k3, v3, out, problem.causal, problem.scale)
+    return out.reshape(problem.out_shape)
+
+
+def _needs_copy(array, shape, contiguous):
+    if contiguous:
+        return not array.flags.c_contiguous
+    return not _reshapes_as_view(array, shape)
+
+
+def _reshapes_as_view(array, shape):
+    view = array.view()
+    try:
+        view.shape = shape  # raises instead of copying when no view exists
+    except AttributeError:
+        return False
+    return True
+
+
+def _as_batched(array, shape, contiguous):
+    """(..., n, d) -> (B, n, d); copies only if a view cannot do (or C order is needed)."""
+    batched = array.reshape(shape)
+    return np.ascontiguousarray(batched) if contiguous else batched

@@ -1,0 +1,201 @@
+"""The verification harness: one case list, one comparison, one budget rule.
+
+Every registered kernel is run through the same ``CASES`` at float32 and float64
+and compared with ``reference_attention`` (float64).  The error of one element is
+
+    |out - ref| / (|ref| + max|v|)
+
+max|v| bounds |out| (each output row is a convex combination of value rows), so
+this is a relative error that does not blow up where the output is near zero.
+NaN must appear exactly where the reference has NaN; equal infinities count as exact.
+
+Budgets, from the dtype:
+  float64: 1e-10, about 10^6 roundings of float64's 1.1e-16 (n_k-term sums, exp).
+  float32: twice the error of a plain float32 NumPy computation of the same case
+           (the reference evaluated in float32), but at least 8 float32 ulps
+           (8 · 2^-24 ≈ 4.8e-7) so that cases the plain float32 path happens to get
+           exactly (n = 1) do not demand better than rounding the result.
+Used by the tests and by ``python -m kernels verify``.
+"""
+import zlib
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import numpy as np
+
+from .api import attention
+from .reference import reference_attention
+from .registry import KERNELS
+
+DTYPES = (np.float32, np.float64)
+FLOAT64_BUDGET = 1e-10
+FLOAT32_FLOOR = 8 * 2.0**-24
+
+
+@dataclass(frozen=True)
+class Case:
+    """One verification input: q (*batch, n_q, d), k (*batch, n_k, d), v (*batch, n_k, d_v).
+
+    layout: "C" contiguous, "F" Fortran-ordered arrays, "strided" every-other-row views.
+    logit_scale multiplies q and k (large logits overflow a softmax without max subtraction).
+    poison puts NaN or Inf into one row of an input: "nan_q", "nan_k", "nan_v", "inf_q".
+    """
+
+    name: str
+    batch_shape: tuple
+    n_q: int
+    n_k: int
+    d: int
+    d_v: int
+    causal: bool = False
+    layout: str = "C"
+    logit_scale: float = 1.0
+    poison: Optional[str] = None
+
+    @property
+    def label(self):
+        return f"{self.name}{' causal' if self.causal else ''}"
+
+    @property
+    def batch(self):
+        return int(np.prod(self.batch_shape, dtype=np.int64))
+
+    def inputs(self, dtype):
+        """Seeded (q, k, v) of this case in ``dtype`` and in the case's layout."""
+        rng = np.random.default_rng(zlib.crc32(self.name.encode()))
+        shapes = [(self.n_q, self.d), (self.n_k, self.d), (self.n_k, self.d_v)]
+        q, k, v = (rng.standard_normal(self.batch_shape + s).astype(dtype) for s in shapes)
+        q *= dtype(self.logit_scale)
+        k *= dtype(self.logit_scale)
+        if self.poison:
+            value, target = self.poison.split("_")
+            array = {"q": q, "k": k, "v": v}[target]
+            array[..., min(3, array.shape[-2] - 1), 1 % array.shape[-1]] = np.nan if value == "nan" else np.inf
+        return tuple(_in_layout(a, self.layout) for a in (q, k, v))
+
+
+def _in_layout(array, layout):
+    if layout == "F":
+        return np.asfortranarray(array)
+    if layout == "strided":
+        # every other row of a twice-as-tall array: a non-contiguous view
+        tall = np.repeat(array, 2, axis=-2)
+        return tall[..., ::2, :]
+    return array
+
+
+def _cases():
+    shapes = [
+        Case("n=1", (1,), 1, 1, 8, 8),
+        Case("n=2 d=1", (1,), 2, 2, 1, 1),
+        Case("odd d=33", (1,), 37, 37, 33, 33),
+        Case("d_v=40 != d=16", (1,), 50, 50, 16, 40),
+        Case("n_q=7 < n_k=90", (2,), 7, 90, 64, 64),
+        Case("n_q=90 > n_k=7", (2,), 90, 7, 32, 32),
+        Case("heads (2,3) n=41", (2, 3), 41, 41, 64, 64),
+        Case("n=193 prime", (1,), 193, 193, 64, 64),
+        Case("fortran order", (2,), 60, 60, 16, 16, layout="F"),
+        Case("strided views", (2,), 60, 60, 16, 24, layout="strided"),
+        Case("large logits x30", (1,), 64, 64, 64, 64, logit_scale=30.0),
+        Case("NaN in q", (2,), 20, 20, 8, 8, poison="nan_q"),
+        Case("NaN in k", (2,), 20, 20, 8, 8, poison="nan_k"),
+        Case("NaN in v", (2,), 20, 20, 8, 8, poison="nan_v"),
+        Case("Inf in q", (2,), 20, 20, 8, 8, poison="inf_q"),
+        # above the naive cap: tile remainders at scale, many heads, long rows
+        Case("n=1031 prime d=65", (1,), 1031, 1031, 65, 65),
+        Case("heads (2,4) n=517", (2, 4), 517, 517, 64, 48),
+        Case("n_q=300 n_k=1100 d=127", (3,), 300, 1100, 127, 64),
+        Case("large logits x30 n=700", (2,), 700, 700, 64, 64, logit_scale=30.0),
+    ]
+    return [replace(case, causal=causal) for case in shapes for causal in (False, True)]
+
+
+CASES = _cases()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How far ``out`` is from ``ref``: the harness's one verdict."""
+
+    max_abs: float
+    max_rel: float
+    error: float  # max of |out - ref| / (|ref| + max|v|), inf on a NaN mismatch
+    budget: float
+    first_bad: Optional[tuple]
+
+    @property
+    def ok(self):
+        return self.first_bad is None
+
+
+def compare(out, ref, v, budget):
+    """Compare a kernel's ``out`` with the reference ``ref`` (inputs' value ``v``)."""
+    out = np.asarray(out, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # inf - inf where both hold the same infinity
+        return _compare(out, ref, v, budget)
+
+
+def _compare(out, ref, v, budget):
+    same = (out == ref) | (np.isnan(out) & np.isnan(ref))
+    nan_mismatch = np.isnan(out) != np.isnan(ref)
+    diff = np.where(same, 0.0, np.abs(out - ref))
+    diff = np.where(nan_mismatch | np.isnan(diff), np.inf, diff)
+    finite_v = np.abs(np.asarray(v, dtype=np.float64))
+    v_scale = np.max(finite_v, where=np.isfinite(finite_v), initial=0.0)
+    error = diff / (np.abs(np.where(np.isfinite(ref), ref, 0.0)) + v_scale + np.finfo(np.float64).tiny)
+    bad = np.flatnonzero(error > budget)
+    rel = np.where(same, 0.0, diff / np.where(ref != 0, np.abs(ref), np.inf))
+    return Comparison(
+        max_abs=float(diff.max(initial=0.0)),
+        max_rel=float(rel.max(initial=0.0)),
+        error=float(error.max(initial=0.0)),
+        budget=budget,
+        first_bad=tuple(int(i) for i in np.unravel_index(bad[0], out.shape)) if bad.size else None,
+    )
+
+
+def error_budget(case, dtype, inputs, ref):
+    """The tolerance of ``case`` at ``dtype``; see the module docstring for why."""
+    if np.dtype(dtype) == np.float64:
+        return FLOAT64_BUDGET
+    plain = reference_attention(*inputs, causal=case.causal, compute_dtype=np.float32)
+    plain_error = compare(plain, ref, inputs[2], np.inf).error
+    return max(2 * plain_error, FLOAT32_FLOOR)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kernel: str
+    case: Case
+    dtype: str
+    comparison: Optional[Comparison]  # None when skipped
+    note: str = ""
+
+    @property
+    def status(self):
+        if self.comparison is None:
+            return "skip"
+        return "ok" if self.comparison.ok else "FAIL"
+
+
+def check(kernel_name, case, dtype):
+    """Run one kernel on one case at one dtype and compare with the reference."""
+    kernel = KERNELS[kernel_name]
+    if not kernel.fits(case.batch, case.n_q, case.n_k):
+        return Outcome(kernel_name, case, np.dtype(dtype).name, None, f"above cap {kernel.cap}")
+    if kernel.external and case.poison:
+        # e.g. PyTorch lets a NaN value behind the causal mask through as 0 · NaN
+        return Outcome(kernel_name, case, np.dtype(dtype).name, None, "external peer: NaN/Inf semantics are its own")
+    inputs = case.inputs(dtype)
+    ref = reference_attention(*inputs, causal=case.causal)
+    budget = error_budget(case, dtype, inputs, ref)
+    out = attention(*inputs, kernel=kernel_name, causal=case.causal)
+    return Outcome(kernel_name, case, np.dtype(dtype).name, compare(out, ref, inputs[2], budget))
+
+
+def verify(kernel_names=None, cases=CASES, dtypes=DTYPES):
+    """Yield one ``Outcome`` per kernel × case × dtype."""
+    for name in kernel_names or KERNELS:
+        for case in cases:
+            for dtype in dtypes:
+                yield check(name, case, dtype)

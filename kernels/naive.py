@@ -1,0 +1,42 @@
+"""Rung 1, ``naive``: the seed's algorithm definition (§11.1.3), line by line.
+
+For each query position i: score every key j, normalise the scores with a softmax,
+and sum the values weighted by the result.  Pure Python floats (float64, so float32
+inputs accumulate in better than float32), no NumPy inside the loops: this is the
+algorithm as a reader would trace it by hand.
+
+Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v).
+Time: O(B·n_q·n_k·(d + d_v)) interpreted operations (about a microsecond each), so
+the registry caps it at B·n_q·n_k <= 65,536 scores.  Memory: the inputs as Python
+lists plus one row of n_k scores at a time.
+"""
+import math
+
+from .reference import first_seeing_row
+
+
+def run(q, k, v, out, causal, scale):
+    n_q, n_k = q.shape[1], k.shape[1]
+    first = first_seeing_row(n_q, n_k, causal)
+    for b in range(q.shape[0]):
+        queries, keys, values = q[b].tolist(), k[b].tolist(), v[b].tolist()
+        for i, query in enumerate(queries):
+            out[b, i] = _attend(query, keys, values, i, n_q, n_k, causal, scale) if i >= first else 0.0
+
+
+def _attend(query, keys, values, i, n_q, n_k, causal, scale):
+    """y_i for one query: steps 2-4 of the algorithm definition."""
+    # step 2: visit every key position j the query may see, Score_ij = scale · <q_i, k_j>
+    last = i + (n_k - n_q) if causal else n_k - 1
+    scores = [scale * sum(qc * kc for qc, kc in zip(query, keys[j])) for j in range(last + 1)]
+    # step 3: Attention_ij = softmax(Score_i*)[j], the max subtracted so exp cannot overflow
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    attention = [e / total for e in exps]
+    # step 4: y_i = sum_j Attention_ij · Value_j
+    y = [0.0] * len(values[0])
+    for weight, value in zip(attention, values):
+        for c, vc in enumerate(value):
+            y[c] += weight * vc
+    return y

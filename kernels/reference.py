@@ -1,0 +1,50 @@
+"""The float64 truth every rung is held to, written for clarity, not speed.
+
+Separate from the ``numpy`` rung under test.  The same function evaluated in
+float32 (``compute_dtype=np.float32``) is the "plain float32 NumPy computation"
+that sets the float32 error budget in ``kernels.harness``.
+"""
+import numpy as np
+
+
+def first_seeing_row(n_q, n_k, causal):
+    """Index of the first query row that sees at least one key.
+
+    Causal attention is aligned bottom-right: query i sees keys j <= i + (n_k - n_q),
+    so when n_q > n_k the first n_q - n_k rows see none (their output is zero).
+    """
+    return max(0, n_q - n_k) if causal else 0
+
+
+def reference_attention(q, k, v, causal=False, scale=None, compute_dtype=np.float64):
+    """softmax(scale · q kᵀ) v, max-subtracted, in ``compute_dtype``.
+
+    q (..., n_q, d), k (..., n_k, d), v (..., n_k, d_v) -> (..., n_q, d_v).
+    Time O(n_q·n_k·(d + d_v)) per head; memory O(n_q·n_k) per head (the scores).
+    """
+    q, k, v = (np.asarray(a, dtype=compute_dtype) for a in (q, k, v))
+    n_q, d = q.shape[-2:]
+    n_k = k.shape[-2]
+    scale = compute_dtype(1.0 / np.sqrt(d) if scale is None else scale)
+
+    # pass 1: scores S = scale · Q Kᵀ, shape (..., n_q, n_k)
+    scores = (q @ np.swapaxes(k, -1, -2)) * scale
+    # pass 2: causal mask, query i sees keys j <= last[i] = i + (n_k - n_q)
+    last = np.arange(n_q) + (n_k - n_q) if causal else np.full(n_q, n_k - 1)
+    scores = np.where(np.arange(n_k) <= last[:, None], scores, -np.inf)
+    # pass 3: P = exp(S - rowmax(S)), l = rowsum(P); rows that see no key are skipped.
+    # A NaN or +inf score makes its row NaN here (inf - inf): the behaviour kernels copy.
+    first = first_seeing_row(n_q, n_k, causal)
+    seen = scores[..., first:, :]
+    with np.errstate(invalid="ignore"):
+        p = np.exp(seen - seen.max(axis=-1, keepdims=True))
+    l = p.sum(axis=-1, keepdims=True)
+    # pass 4: y_i = sum over the keys i sees of P_ij V_j / l_i.  A masked key takes no
+    # part at all: its weight is 0, but 0 · NaN would still be NaN, so the sum stops at
+    # last[i] and a NaN or Inf in a value row reaches only the queries that see it.
+    out = np.zeros(q.shape[:-1] + (v.shape[-1],), dtype=compute_dtype)
+    for row in range(first, n_q):
+        keys = slice(0, last[row] + 1)
+        weights = p[..., row - first, keys]
+        out[..., row, :] = (weights[..., None, :] @ v[..., keys, :])[..., 0, :] / l[..., row - first, :]
+    return out

@@ -1,0 +1,53 @@
+"""Rung 2, ``numpy``: the same operation vectorised, the n×n scores materialised.
+
+What it adds over ``naive``: BLAS for the two products (Q Kᵀ and P V) and array-wide
+softmax, so the interpreter no longer touches each score.  What it costs: the
+scores of every head live in memory at once.
+
+Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v).
+Time: O(B·n_q·n_k·(d + d_v)) flops in BLAS plus O(B·n_q·n_k) exp.
+Memory: B·n_q·n_k·itemsize for the scores (plus n_q·n_k bytes for a causal mask),
+declared by ``workspace_bytes`` so the API refuses with MemoryError before allocating.
+"""
+import numpy as np
+
+from .reference import first_seeing_row
+
+
+def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):
+    """Peak bytes allocated besides the output: scores, causal mask, row statistics."""
+    scores = batch * n_q * n_k * itemsize
+    mask = 2 * n_q * n_k if causal else 0  # np.tri builds it once, np.logical_not once more
+    row_stats = 2 * batch * n_q * itemsize
+    return scores + mask + row_stats
+
+
+def run(q, k, v, out, causal, scale):
+    n_q, n_k = q.shape[1], k.shape[1]
+    first = first_seeing_row(n_q, n_k, causal)
+    out[:, :first] = 0.0
+    q = q[:, first:]
+    # S = scale · Q Kᵀ: (B, n_q, n_k), the O(n²) buffer this rung is about
+    scores = np.matmul(q, k.transpose(0, 2, 1))
+    scores *= scale
+    if causal:
+        # query first + r sees keys j <= first + r + (n_k - n_q)
+        visible = np.tri(n_q - first, n_k, k=first + n_k - n_q, dtype=bool)
+        np.copyto(scores, -np.inf, where=np.logical_not(visible))
+    # P = exp(S - rowmax(S)) in place; l = rowsum(P).  NaN/Inf inputs make NaN rows
+    # (inf - inf), as in the reference: that is the contract, not a warning.
+    with np.errstate(invalid="ignore"):
+        scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    row_sums = scores.sum(axis=-1, keepdims=True)
+    # Y = P V / l, written straight into the output
+    seen_out = out[:, first:]
+    if causal and not np.isfinite(v).all():
+        # A masked key must take no part, but its weight 0 times a NaN/Inf value is
+        # NaN: sum each row over exactly the keys it sees (rare input, O(n) products).
+        for row in range(n_q - first):
+            keys = first + row + n_k - n_q + 1
+            np.matmul(scores[:, row, None, :keys], v[:, :keys], out=seen_out[:, row, None])
+    else:
+        np.matmul(scores, v, out=seen_out)
+    seen_out /= row_sums

@@ -1,0 +1,25 @@
+"""attnbench: the kernels package and its C extension (built by cffi from csrc/)."""
+from setuptools import setup
+
+setup(
+    name="attnbench",
+    version="0.1.0",
+    description="Self-attention on the CPU as a ladder of kernels, measured by asv",
+    python_requires=">=3.10",
+    packages=["kernels"],
+    cffi_modules=["csrc/build_attention.py:ffibuilder"],
+    install_requires=[
+        "numpy>=1.24",
+        "numba>=0.59",
+        "cffi>=1.16",
+        "threadpoolctl>=3.1",
+        "matplotlib>=3.7",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6"],
+        "bench": ["asv>=0.6", "virtualenv"],
+        # the CPU build on these machines; an unpinned torch pulls a multi-GB CUDA build
+        "peers": ["torch==2.13.0"],
+    },
+    entry_points={"console_scripts": ["attnbench = kernels.cli:main"]},
+)

@@ -1,0 +1,166 @@
+"""The public contract of kernels.attention: shapes, dtypes, errors, layouts, inputs."""
+import numpy as np
+import pytest
+
+import kernels
+from kernels.reference import reference_attention
+
+KERNEL_NAMES = list(kernels.KERNELS)
+
+
+def qkv(shape_q=(2, 5, 8), n_k=6, d_v=None, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    *lead, n_q, d = shape_q
+    d_v = d if d_v is None else d_v
+    return (rng.standard_normal(shape_q).astype(dtype),
+            rng.standard_normal((*lead, n_k, d)).astype(dtype),
+            rng.standard_normal((*lead, n_k, d_v)).astype(dtype))
+
+
+def test_registry_holds_the_ladder_in_order():
+    assert list(kernels.KERNELS)[:4] == ["naive", "numpy", "numba_tiled", "c_tiled"]
+    for record in kernels.KERNELS.values():
+        assert record.description and record.memory_class
+        assert callable(record.run)
+    assert kernels.KERNELS["naive"].max_scores is not None
+    assert kernels.KERNELS["numpy"].materialises
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_shapes_and_dtype_of_the_output(name, dtype):
+    q, k, v = qkv((2, 3, 5, 9), n_k=7, d_v=4, dtype=dtype)
+    out = kernels.attention(q, k, v, kernel=name)
+    assert out.shape == (2, 3, 5, 4) and out.dtype == dtype
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_custom_scale_and_default_scale(name):
+    q, k, v = qkv()
+    for scale in (None, 0.0, 0.3, -2.0):
+        out = kernels.attention(q, k, v, kernel=name, scale=scale)
+        np.testing.assert_allclose(out, reference_attention(q, k, v, scale=scale), rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(kernels.attention(q, k, v, kernel=name),
+                                  kernels.attention(q, k, v, kernel=name, scale=1 / np.sqrt(8)))
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_causal_rows_that_see_no_key_are_zero(name):
+    q, k, v = qkv((1, 9, 4), n_k=3)
+    out = kernels.attention(q, k, v, kernel=name, causal=True)
+    np.testing.assert_array_equal(out[0, :6], 0.0)
+    assert np.all(np.abs(out[0, 6:]) > 0)
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+@pytest.mark.parametrize("layout", ["F", "strided", "readonly", "broadcast"])
+def test_any_layout_and_inputs_never_modified(name, layout):
+    q, k, v = qkv((2, 40, 16), n_k=33, d_v=12, dtype=np.float32)
+    if layout == "F":
+        q, k, v = (np.asfortranarray(a) for a in (q, k, v))
+    elif layout == "strided":
+        q, k, v = (np.repeat(a, 3, axis=-1)[..., ::3] for a in (q, k, v))
+    elif layout == "readonly":
+        for a in (q, k, v):
+            a.flags.writeable = False
+    else:  # the same head broadcast over the batch: zero strides
+        q, k, v = (np.broadcast_to(a[:1], a.shape) for a in (q, k, v))
+    before = [a.copy() for a in (q, k, v)]
+    out = kernels.attention(q, k, v, kernel=name, causal=True)
+    for a, b in zip((q, k, v), before):
+        np.testing.assert_array_equal(a, b)
+    ref = reference_attention(q, k, v, causal=True)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_inputs_with_nan_are_not_modified(name):
+    q, k, v = qkv((1, 10, 4), n_k=10)
+    v[0, 2, 1] = np.nan
+    before = v.copy()
+    kernels.attention(q, k, v, kernel=name, causal=True)
+    np.testing.assert_array_equal(v, before)
+
+
+def test_empty_batch_gives_empty_output():
+    q, k, v = qkv((0, 5, 8))
+    assert kernels.attention(q, k, v).shape == (0, 5, 8)
+
+
+@pytest.mark.parametrize(
+    "shapes, match",
+    [
+        (((5,), (5, 8), (5, 8)), "at least 2 dimensions"),
+        (((2, 5, 8), (5, 8), (5, 8)), "same number of dimensions"),
+        (((2, 5, 8), (3, 5, 8), (3, 5, 8)), "leading"),
+        (((5, 8), (6, 7), (6, 8)), "head dimension"),
+        (((5, 8), (6, 8), (7, 8)), "number of keys"),
+        (((0, 8), (6, 8), (6, 8)), "n_q must be at least 1"),
+        (((5, 8), (0, 8), (0, 8)), "n_k must be at least 1"),
+        (((5, 0), (6, 0), (6, 8)), "d must be at least 1"),
+        (((5, 8), (6, 8), (6, 0)), "d_v must be at least 1"),
+    ],
+)
+def test_bad_shapes_raise_value_error_naming_them(shapes, match):
+    q, k, v = (np.zeros(s) for s in shapes)
+    with pytest.raises(ValueError, match=match) as info:
+        kernels.attention(q, k, v)
+    assert str(shapes[0]) in str(info.value) or "got shape" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "dtypes, match",
+    [
+        ((np.int64, np.int64, np.int64), "dtype int64"),
+        ((np.float16, np.float16, np.float16), "float32 or float64"),
+        ((np.complex128, np.float64, np.float64), "complex128"),
+        ((np.float32, np.float64, np.float32), "share one dtype"),
+    ],
+)
+def test_bad_dtypes_raise_type_error(dtypes, match):
+    q, k, v = (np.ones((4, 8), dtype=t) for t in dtypes)
+    with pytest.raises(TypeError, match=match):
+        kernels.attention(q, k, v)
+
+
+def test_non_arrays_and_bad_scale_or_causal():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="NumPy array"):
+        kernels.attention(q.tolist(), k, v)
+    with pytest.raises(ValueError, match="finite"):
+        kernels.attention(q, k, v, scale=float("nan"))
+    with pytest.raises(TypeError, match="scale"):
+        kernels.attention(q, k, v, scale="0.5")
+    with pytest.raises(TypeError, match="causal"):
+        kernels.attention(q, k, v, causal="yes")
+
+
+def test_unknown_kernel_lists_the_known_names():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="unknown kernel 'flash'") as info:
+        kernels.attention(q, k, v, kernel="flash")
+    for name in ("naive", "numpy", "numba_tiled", "c_tiled"):
+        assert name in str(info.value)
+
+
+def test_numpy_refuses_scores_that_cannot_fit_before_allocating():
+    # one head of n = 2^21 float32 scores is 16 TiB; the inputs themselves are a few MiB
+    # as broadcast views, so a MemoryError here comes from the check, not from NumPy.
+    n = 2**21
+    q = np.broadcast_to(np.ones((1, 1, 8), np.float32), (1, n, 8))
+    with pytest.raises(MemoryError, match=r"needs 16\.0 TiB") as info:
+        kernels.attention(q, q, q, kernel="numpy")
+    message = str(info.value)
+    assert "available" in message and "numba_tiled" in message and "c_tiled" in message
+
+
+def test_tiled_kernel_refuses_an_output_that_cannot_fit():
+    q = np.broadcast_to(np.ones((1, 1, 8), np.float32), (2**20, 2**12, 8))
+    with pytest.raises(MemoryError, match="needs"):
+        kernels.attention(q, q, q, kernel="c_tiled")
+
+
+def test_naive_cap_is_a_clear_error():
+    q, k, v = qkv((1, 300, 4), n_k=300)
+    with pytest.raises(ValueError, match="capped at .*'numpy'"):
+        kernels.attention(q, k, v, kernel="naive")

@@ -1,0 +1,79 @@
+"""Every registered kernel against the float64 reference, through the one harness."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernels
+from kernels import harness
+from kernels.reference import reference_attention
+
+KERNEL_NAMES = list(kernels.KERNELS)
+DTYPE_IDS = [np.dtype(d).name for d in harness.DTYPES]
+
+
+def _assert_outcome(outcome):
+    if outcome.status == "skip":
+        pytest.skip(outcome.note)
+    c = outcome.comparison
+    print(f"{outcome.kernel} {outcome.case.label} {outcome.dtype}: error {c.error:.2e} "
+          f"(budget {c.budget:.2e}), max abs {c.max_abs:.2e}, max rel {c.max_rel:.2e}")
+    assert c.ok, (f"{outcome.kernel} on {outcome.case.label} ({outcome.dtype}): error {c.error:.3e} "
+                  f"> budget {c.budget:.3e}, first bad index {c.first_bad}")
+
+
+@pytest.mark.parametrize("dtype", harness.DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("case", harness.CASES, ids=[c.label for c in harness.CASES])
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_kernel_matches_reference(name, case, dtype):
+    _assert_outcome(harness.check(name, case, dtype))
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_nan_rows_match_reference_exactly(name):
+    """A NaN in key j poisons exactly the rows that see j, causal or not."""
+    if kernels.KERNELS[name].external:
+        pytest.skip("external peer: NaN semantics are its own")
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 24, 8)) for _ in range(3))
+    k[0, 10, 3] = np.nan
+    for causal in (False, True):
+        out = kernels.attention(q, k, v, kernel=name, causal=causal)
+        ref = reference_attention(q, k, v, causal=causal)
+        nan_rows = np.isnan(ref).any(axis=-1)
+        assert nan_rows.any() and not nan_rows.all()
+        np.testing.assert_array_equal(np.isnan(out).any(axis=-1), nan_rows)
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_one_thread_and_all_threads_agree(name):
+    case = harness.Case("threads", (3,), 150, 170, 64, 64, causal=True)
+    if not kernels.KERNELS[name].fits(case.batch, case.n_q, case.n_k):
+        case = harness.Case("threads small", (2,), 40, 50, 16, 16, causal=True)
+    for dtype in harness.DTYPES:
+        with kernels.threads.thread_budget(1):
+            single = harness.check(name, case, dtype)
+        with kernels.threads.thread_budget(kernels.threads.available_cpus()):
+            every = harness.check(name, case, dtype)
+        _assert_outcome(single)
+        _assert_outcome(every)
+
+
+shapes = st.tuples(
+    st.integers(1, 3),      # batch
+    st.integers(1, 80),     # n_q
+    st.integers(1, 80),     # n_k
+    st.integers(1, 70),     # d
+    st.integers(1, 70),     # d_v
+    st.booleans(),          # causal
+    st.sampled_from(harness.DTYPES),
+)
+
+
+@pytest.mark.parametrize("name", [n for n in KERNEL_NAMES if n != "naive"])
+@settings(max_examples=25, deadline=None)
+@given(shape=shapes)
+def test_random_shapes(name, shape):
+    batch, n_q, n_k, d, d_v, causal, dtype = shape
+    case = harness.Case(f"random {shape}", (batch,), n_q, n_k, d, d_v, causal=causal)
+    _assert_outcome(harness.check(name, case, dtype))
