@@ -1,0 +1,121 @@
+"""Time, memory and throughput of every registered kernel against sequence length.
+
+Every class iterates over ``kernels.KERNELS``; inputs and warm-up live in
+``setup``; the timed body is one call.  d = 64 throughout.
+"""
+import time
+
+import numpy as np
+
+import kernels
+from kernels.memory import peak_extra_bytes
+
+from .common import DTYPES, HEAD_DIM, KERNEL_NAMES, QUICK, SEQ_LENS, attention_flops, prepare
+
+
+class _Attention:
+    """One attention call per sample; long calls get few samples, not a time-out."""
+
+    rounds = 1
+    repeat = (1, 7, 8.0)  # at least 1, at most 7 samples, stop adding them after 8 s
+    warmup_time = 0.0     # setup has already made the warm-up call
+    timeout = 600
+    batch, causal = 1, False
+
+    def call(self):
+        kernels.attention(self.q, self.k, self.v, kernel=self.kernel, causal=self.causal)
+
+    def median_seconds(self, calls=3):
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            self.call()
+            times.append(time.perf_counter() - start)
+        return float(np.median(times))
+
+
+class SeqLen(_Attention):
+    """One head, full attention: the O(n²) wall in time and in memory."""
+
+    params = [KERNEL_NAMES, SEQ_LENS, DTYPES]
+    param_names = ["kernel", "seq_len", "dtype"]
+
+    def setup(self, kernel, seq_len, dtype):
+        self.kernel = kernel
+        self.q, self.k, self.v = prepare(kernel, self.batch, seq_len, dtype)
+
+    def time_attention(self, kernel, seq_len, dtype):
+        self.call()
+
+    def peakmem_attention(self, kernel, seq_len, dtype):
+        self.call()
+
+    def track_peak_extra_bytes(self, kernel, seq_len, dtype):
+        return peak_extra_bytes(self.call)
+
+    track_peak_extra_bytes.unit = "bytes"
+
+
+class MultiHead(_Attention):
+    """8 heads at n = 1024 and 4096, causal and full: the shape the speed goals use."""
+
+    params = [KERNEL_NAMES, [1024] if QUICK else [1024, 4096], DTYPES, [False, True]]
+    param_names = ["kernel", "seq_len", "dtype", "causal"]
+    batch = 8
+
+    def setup(self, kernel, seq_len, dtype, causal):
+        self.kernel, self.causal = kernel, causal
+        self.q, self.k, self.v = prepare(kernel, self.batch, seq_len, dtype, causal)
+        self.flops = attention_flops(self.batch, seq_len, seq_len, HEAD_DIM, causal)
+
+    def time_attention(self, kernel, seq_len, dtype, causal):
+        self.call()
+
+    def track_gflops(self, kernel, seq_len, dtype, causal):
+        return self.flops / self.median_seconds() / 1e9
+
+    track_gflops.unit = "GFLOP/s"
+
+
+class Threads(_Attention):
+    """Throughput at one thread and at the whole budget: how well each kernel scales."""
+
+    params = [KERNEL_NAMES, sorted({1, kernels.threads.available_cpus()})]
+    param_names = ["kernel", "threads"]
+    batch, seq_len, dtype = 8, 1024 if QUICK else 4096, "float32"
+
+    def setup(self, kernel, threads):
+        self.kernel = kernel
+        self.previous = kernels.threads.set_budget(threads)
+        self.q, self.k, self.v = prepare(kernel, self.batch, self.seq_len, self.dtype)
+        self.flops = attention_flops(self.batch, self.seq_len, self.seq_len, HEAD_DIM, False)
+
+    def teardown(self, kernel, threads):
+        kernels.threads.set_budget(self.previous)
+
+    def track_gflops(self, kernel, threads):
+        return self.flops / self.median_seconds() / 1e9
+
+    track_gflops.unit = "GFLOP/s"
+
+
+class MemoryWall(_Attention):
+    """n = 65536, float64, causal, one head: numpy would need 32 GiB of scores (plus its
+    mask), more than this machine has; the tiled kernels run in tens of MiB."""
+
+    params = [KERNEL_NAMES]
+    param_names = ["kernel"]
+    seq_len, dtype, causal = 65536, "float64", True
+
+    def setup(self, kernel):
+        if QUICK:
+            raise NotImplementedError("the memory wall takes minutes; skipped in a quick run")
+        self.kernel = kernel
+        self.q, self.k, self.v = prepare(kernel, 1, self.seq_len, self.dtype, self.causal, warm_up=False)
+        # warm up (JIT, extension) on a small problem: the big one runs once, measured
+        prepare(kernel, 1, 256, self.dtype, self.causal)
+
+    def track_peak_extra_bytes(self, kernel):
+        return peak_extra_bytes(self.call)
+
+    track_peak_extra_bytes.unit = "bytes"

@@ -1,0 +1,114 @@
+"""The machine's ceiling and the suite's fixed costs, measured in the same run.
+
+sgemm/dgemm throughput of the installed BLAS (what a kernel doing 4·n²·d flops
+could hope for), copy bandwidth, the thread budget every kernel ran with, and the
+start-up costs: ``import kernels``, Numba's first compile, a cached first call.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import kernels
+
+
+def _median_seconds(call, repeats=5):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+class Machine:
+    rounds = 1
+    timeout = 300
+
+    def setup(self):
+        rng = np.random.default_rng(0)
+        self.gemm_n = 2048
+        self.a32 = rng.standard_normal((self.gemm_n, self.gemm_n), dtype=np.float32)
+        self.a64 = self.a32.astype(np.float64)
+        self.src = np.ones(2**26)  # 512 MiB, far beyond the caches
+        self.dst = np.empty_like(self.src)
+
+    def _gemm_gflops(self, a):
+        np.dot(a, a)  # warm-up: threads, pages
+        return 2.0 * self.gemm_n**3 / _median_seconds(lambda: np.dot(a, a)) / 1e9
+
+    def track_sgemm_gflops(self):
+        return self._gemm_gflops(self.a32)
+
+    track_sgemm_gflops.unit = "GFLOP/s"
+
+    def track_dgemm_gflops(self):
+        return self._gemm_gflops(self.a64)
+
+    track_dgemm_gflops.unit = "GFLOP/s"
+
+    def track_memory_bandwidth(self):
+        """Copy bandwidth, one thread: bytes read plus bytes written per second."""
+        np.copyto(self.dst, self.src)
+        return 2.0 * self.src.nbytes / _median_seconds(lambda: np.copyto(self.dst, self.src)) / 1e9
+
+    track_memory_bandwidth.unit = "GB/s"
+
+    def track_thread_budget(self):
+        return kernels.threads.budget()
+
+    track_thread_budget.unit = "threads"
+
+
+# Each start-up cost is measured in a fresh interpreter, the only place it exists.
+_FIRST_CALL = """
+import json, time
+start = time.perf_counter()
+import kernels
+imported = time.perf_counter()
+import numpy as np
+q = np.ones((1, 128, 64), np.float32)
+called = time.perf_counter()
+kernels.attention(q, q, q, kernel="numba_tiled")
+done = time.perf_counter()
+print(json.dumps({"import": imported - start, "first_call": done - called}))
+"""
+
+
+def _fresh_process(cache_dir):
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    result = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, check=True,
+                            capture_output=True, text=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+class Startup:
+    """Seconds of ``import kernels``, Numba's first compile, and a cached first call."""
+
+    rounds = 1
+    timeout = 300
+
+    def setup_cache(self):
+        # once for the class: one fresh interpreter compiles into an empty Numba
+        # cache, a second one starts from that cache
+        with tempfile.TemporaryDirectory(prefix="attnbench-numba-cache-") as cache:
+            return {"cold": _fresh_process(cache), "warm": _fresh_process(cache)}
+
+    def track_import_seconds(self, runs):
+        return runs["warm"]["import"]
+
+    track_import_seconds.unit = "seconds"
+
+    def track_numba_compile_seconds(self, runs):
+        return runs["cold"]["first_call"]
+
+    track_numba_compile_seconds.unit = "seconds"
+
+    def track_numba_cached_call_seconds(self, runs):
+        return runs["warm"]["first_call"]
+
+    track_numba_cached_call_seconds.unit = "seconds"

@@ -1,0 +1,47 @@
+"""Shared pieces of the asv suite: seeded inputs, the skip rules, one warm-up.
+
+The thread budget (``ATTNBENCH_THREADS``, default: every CPU) is read once by
+``kernels.threads`` and applies to BLAS, Numba and OpenMP alike; ``Machine``
+records it with the results.  ``ATTNBENCH_QUICK=1`` shrinks the grids so that
+``make bench QUICK=1`` finishes in a few minutes.
+"""
+import os
+
+import numpy as np
+
+import kernels
+from kernels.api import check_resources, validate
+
+QUICK = os.environ.get("ATTNBENCH_QUICK") == "1"
+HEAD_DIM = 64
+KERNEL_NAMES = list(kernels.KERNELS)
+SEQ_LENS = [2**p for p in range(6, 12 if QUICK else 15)]  # 64 .. 16384 (quick: .. 2048)
+DTYPES = ["float32", "float64"]
+
+
+def attention_flops(batch, n_q, n_k, head_dim, causal):
+    """4·n_q·n_k·d per head (two products of 2·n_q·n_k·d), halved when causal."""
+    return 4.0 * batch * n_q * n_k * head_dim / (2 if causal else 1)
+
+
+def make_inputs(batch, seq_len, dtype, head_dim=HEAD_DIM, seed=0):
+    """Seeded q, k, v of shape (batch, seq_len, head_dim), standard normal."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((batch, seq_len, head_dim), dtype=np.dtype(dtype)) for _ in range(3))
+
+
+def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True):
+    """Inputs for one benchmark; NotImplementedError (asv: skip) if the kernel cannot run it.
+
+    The warm-up call compiles Numba, loads the C extension and faults in pages, so
+    none of that lands inside the timed body.
+    """
+    record = kernels.KERNELS[kernel]
+    q, k, v = make_inputs(batch, seq_len, dtype)
+    try:
+        check_resources(record, validate(q, k, v, causal))
+    except (ValueError, MemoryError) as reason:  # above the naive cap, or beyond RAM
+        raise NotImplementedError(str(reason)) from None
+    if warm_up:
+        kernels.attention(q, k, v, kernel=kernel, causal=causal)
+    return q, k, v

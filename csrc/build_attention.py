@@ -1,0 +1,78 @@
+"""cffi (API mode) builder for the c_tiled kernel: the extension module ``kernels._attention_c``.
+
+Used by setuptools as ``cffi_modules=["csrc/build_attention.py:ffibuilder"]`` (paths relative
+to the project root, where setup.py runs), or run directly for development::
+
+    python csrc/build_attention.py      # builds kernels/_attention_c*.so in place, from any cwd
+
+``attention.h`` is the single source of truth for the interface: its declarations, with
+comments and preprocessor lines removed, are the cdef.
+"""
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+
+import cffi
+
+CSRC = pathlib.Path(__file__).resolve().parent
+PROJECT_ROOT = CSRC.parent
+MODULE_NAME = "kernels._attention_c"
+
+SOURCES = [
+    "csrc/attention.c",
+    "csrc/tile_ops_generic.c",
+    "csrc/tile_ops_avx2_f32.c",
+    "csrc/tile_ops_avx2_f64.c",
+]
+DEPENDS = [
+    "csrc/attention.h",
+    "csrc/tile_ops.h",
+    "csrc/flash_driver.inc",
+    "csrc/tile_ops_generic.inc",
+]
+# IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no
+# -ffast-math/-Ofast; no -march=native either: the AVX2 code is chosen at run time.
+COMPILE_ARGS = ["-O3", "-fopenmp", "-fno-math-errno", "-std=c11", "-Wall", "-Wextra"]
+LINK_ARGS = ["-fopenmp"]
+
+
+def header_declarations(header_text):
+    """The header's C declarations, without comments and preprocessor lines, for cdef."""
+    text = re.sub(r"/\*.*?\*/", "", header_text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def make_builder(root):
+    """An FFI builder whose source paths start at ``root`` ("" for relative paths)."""
+    at = lambda path: str(pathlib.Path(root, path)) if root else path
+    builder = cffi.FFI()
+    builder.cdef(header_declarations((CSRC / "attention.h").read_text()))
+    builder.set_source(
+        MODULE_NAME,
+        '#include "attention.h"',
+        sources=[at(path) for path in SOURCES],
+        depends=[at(path) for path in DEPENDS],
+        include_dirs=[at("csrc")],
+        extra_compile_args=COMPILE_ARGS,
+        extra_link_args=LINK_ARGS,
+    )
+    return builder
+
+
+ffibuilder = make_builder("")
+
+
+def build_in_place():
+    """Compile in a temporary directory and copy the module next to kernels/*.py."""
+    with tempfile.TemporaryDirectory() as tmp:
+        built = pathlib.Path(make_builder(PROJECT_ROOT).compile(tmpdir=tmp, verbose=False))
+        target = PROJECT_ROOT / "kernels" / built.name
+        shutil.copy2(built, target)
+    return target
+
+
+if __name__ == "__main__":
+    print(build_in_place(), file=sys.stderr)

@@ -1,0 +1,16 @@
+/* The generic (any x86-64 or other CPU) tile operations for both precisions. */
+#include <math.h>
+#include "tile_ops.h"
+
+#define real float
+#define SUFFIX(name) name##_f32
+#define EXP expf
+#include "tile_ops_generic.inc"
+#undef real
+#undef SUFFIX
+#undef EXP
+
+#define real double
+#define SUFFIX(name) name##_f64
+#define EXP exp
+#include "tile_ops_generic.inc"

@@ -1,0 +1,242 @@
+"""Reading asv's results and the arithmetic the report draws on.
+
+    run = load_latest_run(".asv/results")     # the newest results file, as tidy records
+    run.value("bench_attention.SeqLen.time_attention", kernel="numpy", seq_len=1024, dtype="float32")
+    fit_power_law(seq_lens, seconds)          # y ≈ a·n^b over the large-n points
+
+Every measurement is a float; NaN stands for anything not measured (skipped, failed or
+never run), so that gaps flow through tables and plots without special cases.  No
+plotting here: ``kernels.report`` renders what this module computes.
+"""
+import ast
+import itertools
+import json
+import math
+import pathlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from .registry import KERNELS
+
+HEAD_DIM = 64  # d in every benchmark
+
+# The status of one asv value: a number, NaN (NotImplementedError in setup), null (an error).
+OK, SKIPPED, FAILED = "ok", "skipped", "failed"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured value: ``benchmark`` ("module.Class.method"), its ``params`` by name."""
+
+    benchmark: str
+    params: dict
+    value: float
+    status: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """The results of one ``asv run``: which commit, when, where, and every record."""
+
+    commit_hash: str
+    date: datetime
+    env_name: str
+    machine: dict
+    path: pathlib.Path
+    records: tuple
+
+    def select(self, benchmark, **params):
+        """Records of ``benchmark`` whose params include all of ``params``."""
+        return [
+            record for record in self.records
+            if record.benchmark == benchmark
+            and all(record.params.get(name) == value for name, value in params.items())
+        ]
+
+    def value(self, benchmark, **params):
+        """The value at exactly these params; NaN when not measured."""
+        matches = [r for r in self.select(benchmark, **params) if len(r.params) == len(params)]
+        return matches[0].value if matches else math.nan
+
+    def param_values(self, benchmark, name):
+        """The distinct values parameter ``name`` took in ``benchmark``, sorted."""
+        return sorted({r.params[name] for r in self.select(benchmark) if name in r.params})
+
+    @property
+    def ram_bytes(self):
+        return float(self.machine.get("ram") or math.nan)
+
+
+def load_latest_run(results_dir):
+    """The newest (by its "date") asv results file under ``results_dir``, all machines.
+
+    Raises FileNotFoundError naming the folder when it holds no results.
+    """
+    results_dir = pathlib.Path(results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"no asv results folder at {results_dir} (run `asv run` first)")
+    paths = [p for p in results_dir.glob("*/*.json") if p.name != "machine.json"]
+    if not paths:
+        raise FileNotFoundError(f"the asv results folder {results_dir} holds no results files "
+                                "(expected <machine>/<commit>-<env>.json; run `asv run` first)")
+    runs = [json.loads(path.read_text()) for path in paths]
+    newest, path = max(zip(runs, paths), key=lambda pair: pair[0].get("date", 0))
+    return Run(
+        commit_hash=newest["commit_hash"],
+        date=datetime.fromtimestamp(newest["date"] / 1000, tz=timezone.utc),
+        env_name=newest.get("env_name", ""),
+        machine=_machine(path.parent, newest),
+        path=path,
+        records=tuple(_records(newest, _param_names(results_dir))),
+    )
+
+
+def _machine(machine_dir, results):
+    """machine.json of the run's machine; the results file's own copy fills any gap."""
+    machine = dict(results.get("params", {}))
+    machine_json = machine_dir / "machine.json"
+    if machine_json.is_file():
+        machine.update(json.loads(machine_json.read_text()))
+    return machine
+
+
+def _param_names(results_dir):
+    """Benchmark name -> its parameter names, from asv's benchmarks.json (empty if absent)."""
+    path = results_dir / "benchmarks.json"
+    if not path.is_file():
+        return {}
+    benchmarks = json.loads(path.read_text())
+    return {name: meta.get("param_names", []) for name, meta in benchmarks.items()
+            if isinstance(meta, dict)}
+
+
+def _records(results, param_names):
+    """Unfold asv's columnar results into one Record per parameter combination.
+
+    asv stores each benchmark as a row of columns ("result", "params", ...); "result" is
+    flat over itertools.product of the parameter lists (the first varies slowest), or
+    null as a whole when every combination failed.
+    """
+    columns = results["result_columns"]
+    for benchmark, row in results["results"].items():
+        cells = dict(zip(columns, row))
+        param_lists = cells.get("params") or []
+        combos = list(itertools.product(*param_lists))
+        values = cells.get("result") or [None] * len(combos)
+        if len(values) != len(combos):
+            raise ValueError(f"{benchmark}: {len(values)} results for {len(combos)} "
+                             "parameter combinations; not an asv 0.6 results file?")
+        # asv names unnamed parameters param1, param2, ...
+        names = param_names.get(benchmark) or [f"param{i + 1}" for i in range(len(param_lists))]
+        for combo, value in zip(combos, values):
+            params = {name: _literal(text) for name, text in zip(names, combo)}
+            yield Record(benchmark, params, *_value_and_status(value))
+
+
+def _literal(text):
+    """asv stores parameter values as their repr: "'c_tiled'" -> 'c_tiled', "1024" -> 1024."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _value_and_status(value):
+    if value is None:
+        return math.nan, FAILED
+    if math.isnan(value):
+        return math.nan, SKIPPED
+    return float(value), OK
+
+
+# -- kernels -------------------------------------------------------------------------
+
+def kernel_order(names):
+    """``names`` in ladder order (the registry's), names the registry lacks last."""
+    ladder = list(KERNELS)
+    return sorted(set(names), key=lambda name: (ladder.index(name) if name in ladder
+                                                else len(ladder), name))
+
+
+def is_external(name):
+    """True for a peer baseline: registered as external, or not one of our rungs at all."""
+    return name not in KERNELS or KERNELS[name].external
+
+
+def materialises(name):
+    return name in KERNELS and KERNELS[name].materialises
+
+
+# -- arithmetic -------------------------------------------------------------------------
+
+def attention_flops(seq_len, heads=1, causal=False, head_dim=HEAD_DIM):
+    """Floating-point operations of one call: 2·n²·d for Q Kᵀ plus 2·n²·d for P V.
+
+    A causal call computes half the scores.
+    """
+    flops = 4 * seq_len * seq_len * head_dim * heads
+    return flops / 2 if causal else flops
+
+
+def gflops(seconds, seq_len, heads=1, causal=False):
+    """Throughput of a call that took ``seconds`` (NaN in, NaN out)."""
+    return attention_flops(seq_len, heads, causal) / seconds / 1e9
+
+
+def ratio(numerator, denominator):
+    """numerator / denominator, NaN when either is missing or the denominator is zero."""
+    if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
+        return math.nan
+    return numerator / denominator
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    """y ≈ a·n^b, fitted on ``points`` values with n_min ≤ n ≤ n_max."""
+
+    a: float
+    b: float
+    n_min: int
+    n_max: int
+    points: int
+
+    def __call__(self, n):
+        return self.a * np.asarray(n, dtype=float) ** self.b
+
+    def solve(self, y):
+        """The n at which the law reaches ``y`` (extrapolated)."""
+        return (y / self.a) ** (1 / self.b)
+
+
+# Attention is quadratic only once n dominates the per-call overheads and d: fit there.
+FIT_MIN_N = 1024
+FIT_MIN_POINTS = 3
+
+
+def fit_power_law(seq_lens, values, min_n=FIT_MIN_N, min_points=FIT_MIN_POINTS):
+    """Least-squares line through (log n, log y) over the measured points with n ≥ min_n.
+
+    None when fewer than ``min_points`` such points are finite and positive.
+    """
+    points = [(n, y) for n, y in zip(seq_lens, values) if n >= min_n and np.isfinite(y) and y > 0]
+    if len(points) < min_points:
+        return None
+    n, y = (np.array(column, dtype=float) for column in zip(*points))
+    b, log_a = np.polyfit(np.log(n), np.log(y), 1)
+    return PowerLaw(math.exp(log_a), b, int(n.min()), int(n.max()), len(points))
+
+
+def largest_fitting_seq_len(kernel, itemsize, memory_bytes, causal=False):
+    """The largest n whose one-head workspace (exact, from the kernel's own formula) fits."""
+    def need(n):
+        return KERNELS[kernel].workspace_bytes(1, n, n, HEAD_DIM, HEAD_DIM, itemsize, causal)
+
+    low, high = 1, 2
+    while need(high) <= memory_bytes:
+        low, high = high, high * 2
+    while high - low > 1:  # need(low) fits, need(high) does not
+        middle = (low + high) // 2
+        low, high = (middle, high) if need(middle) <= memory_bytes else (low, middle)
+    return low

@@ -1,0 +1,67 @@
+"""c_tiled: the tiled online-softmax attention in C, with SIMD micro-kernels and OpenMP.
+
+The idea it adds over the ``numba_tiled`` rung: the same algorithm (query tiles walk
+over key tiles keeping the running row maximum m, sum l and a rescaled accumulator O;
+the n_q x n_k scores never exist) written as a small GEMM library would write it.
+Each key tile's Kᵀ is packed into panels, and register-blocked AVX2/FMA micro-kernels
+compute S = scale · Q Kᵀ (4 rows × 24 keys in float32, 4 × 12 in float64) and
+O = alpha · O + P V (4 rows × 16 columns, 4 × 8), with a vectorised polynomial exp in
+between.  Large query tiles let each packed Kᵀ serve many rows.  OpenMP spreads
+(batch·head, query tile) pairs over the threads, heaviest causal tiles first, and the
+call runs without the GIL (cffi API mode).  The SIMD path is chosen at run time
+(``isa``/``use_isa``); a portable C path serves CPUs without AVX2 + FMA.
+
+Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
+float32 or float64 (accumulated in the same precision); B is batch and heads flattened.
+Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
+extra memory O(threads · tile · (d + d_v)): one scratch block per thread per call,
+holding a query tile, a packed key/value tile and a tile of scores.
+Causal: query i sees keys j <= i + (n_k - n_q); key tiles no row of a query tile can
+see are skipped, only tiles crossing the diagonal are masked.
+Sources: csrc/attention.h (interface), csrc/flash_driver.inc (the algorithm),
+csrc/tile_ops_*.c (micro-kernels); built by csrc/build_attention.py.
+"""
+import numpy as np
+
+from ._attention_c import ffi, lib
+from .threads import budget
+
+_ISA_NAMES = ("auto", "avx2", "generic")
+
+_FORWARD = {
+    np.dtype(np.float32): (lib.attn_forward_f32, "float *"),
+    np.dtype(np.float64): (lib.attn_forward_f64, "double *"),
+}
+
+
+def run(q, k, v, out, causal, scale):
+    """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), out (B, n_q, d_v): C-contiguous, same
+    dtype (float32 or float64), already validated. Writes every element of out."""
+    forward, pointer = _FORWARD[q.dtype]
+    batch, n_q, d = q.shape
+    n_k, d_v = v.shape[1], v.shape[2]
+    status = forward(
+        ffi.cast(pointer, ffi.from_buffer(q)),
+        ffi.cast(pointer, ffi.from_buffer(k)),
+        ffi.cast(pointer, ffi.from_buffer(v)),
+        ffi.cast(pointer, ffi.from_buffer(out, require_writable=True)),
+        batch, n_q, n_k, d, d_v, bool(causal), scale, budget(),
+    )
+    if status != 0:
+        raise MemoryError(
+            f"c_tiled: could not allocate per-thread scratch tiles "
+            f"(d={d}, d_v={d_v}, threads={budget()})"
+        )
+
+
+def isa():
+    """The active SIMD path: "avx2-fma" or "generic"."""
+    return ffi.string(lib.attn_active_isa()).decode()
+
+
+def use_isa(name):
+    """Select the SIMD path: "auto" (AVX2+FMA when the CPU has them), "avx2" or "generic"."""
+    if name not in _ISA_NAMES:
+        raise ValueError(f"unknown ISA {name!r}; expected one of {', '.join(_ISA_NAMES)}")
+    if lib.attn_select_isa(name.encode()) != 0:
+        raise ValueError(f"ISA {name!r} is not supported by this CPU")

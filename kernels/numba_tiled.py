@@ -1,0 +1,287 @@
+"""numba_tiled: tiled attention with the online softmax, compiled by Numba.
+
+The idea it adds over the ``numpy`` rung: the n_q x n_k score matrix is never
+materialised.  Queries are cut into tiles of TILE_Q rows and keys into tiles of
+TILE_K; each query tile walks over the key tiles keeping, per row, the running
+maximum ``m`` and the running sum ``l`` of the softmax and an accumulator ``acc``
+of weighted values (flash-attention style):
+
+    S = scale * Q_tile K_tileᵀ                    (qk_tile)
+    m_new = max(m, rowmax(S)),  P = exp(S - m_new) (online_softmax)
+    l = l * exp(m - m_new) + rowsum(P)
+    acc = acc * exp(m - m_new) + P V_tile          (pv_tile)
+    out = acc / l                                  after the last key tile
+
+One ``prange`` runs over every (batch·head, query tile) pair, so both cores share
+the work even for a single head.  Scores are kept in log2 units (the scale is
+multiplied by log2(e)) so the exponential is ``exp2``, a polynomial that LLVM
+vectorises; NumPy/BLAS is never called inside the parallel loop.
+
+Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
+float32 or float64; B is batch and heads flattened.
+Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
+extra memory O(threads · tile · (d + d_v)): per-task scratch tiles only.
+Causal: query i sees keys j <= i + (n_k - n_q); key tiles a query tile cannot
+see are skipped and only tiles crossing the diagonal are masked.
+"""
+import math
+
+import numba
+import numpy as np
+from numba import njit, prange, types
+from numba.extending import overload
+
+from .threads import budget
+
+TILE_Q = 64  # query rows per parallel task
+TILE_K = 64  # keys per step of the online softmax
+BLOCK_ROWS = 4  # the register block of dot_block: 4 x 2 running dot products
+BLOCK_COLS = 2
+
+# No 'nnan'/'ninf': masked scores are -inf and NaN in the inputs must propagate.
+FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+LOG2_E = 1.0 / math.log(2.0)
+
+
+def _exp2_coefficients(degree, float_type):
+    """Taylor coefficients of 2**f = exp(f ln 2), highest power first.  On |f| <= 1/2
+    the truncation error is below (ln 2 / 2)**(degree+1) / (degree+1)!, a fraction of
+    an ulp for degree 7 (float32) and 13 (float64)."""
+    return tuple(float_type(math.log(2.0) ** n / math.factorial(n)) for n in range(degree, -1, -1))
+
+
+def exp2(t):
+    """2**t; compiled code only (see _exp2_overload)."""
+    raise NotImplementedError("exp2 is only callable from jitted code")
+
+
+@overload(exp2, jit_options={"fastmath": FASTMATH})
+def _exp2_overload(t):
+    """Branch-free 2**t that LLVM can vectorise (no libm call, no SVML here).
+
+    t = k + f with k = rint(t), |f| <= 1/2; 2**f is a polynomial and 2**k is built
+    directly in the exponent field.  Accurate to a few ulp in the normal range;
+    t < min_exponent (and -inf) gives 0, t > max_exponent gives inf, NaN stays NaN
+    (the clamps are written so that a NaN compares false and passes through).
+    """
+    if t == types.float32:
+        float_type, int_type, bias, mantissa_bits, degree = np.float32, np.int32, 127, 23, 7
+    elif t == types.float64:
+        float_type, int_type, bias, mantissa_bits, degree = np.float64, np.int64, 1023, 52, 13
+    else:
+        return None
+    coefficients = _exp2_coefficients(degree, float_type)
+    leading, rest = coefficients[0], coefficients[1:]
+    min_exponent = float_type(1 - bias)  # 2**k stays a normal number
+    max_exponent = float_type(bias + 1)  # k = bias + 1 is the inf exponent field
+    zero = float_type(0.0)
+    inf = float_type(np.inf)
+
+    def exp2_impl(t):
+        clamped = min_exponent if t < min_exponent else t
+        clamped = max_exponent if clamped > max_exponent else clamped
+        k = np.rint(clamped)
+        f = clamped - k
+        p = leading
+        for c in rest:
+            p = p * f + c
+        scale = int_type((int_type(k) + bias) << mantissa_bits).view(float_type)
+        result = p * scale
+        result = zero if t < min_exponent else result
+        return inf if t > max_exponent else result
+
+    return exp2_impl
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def dot_block(a, b, out, row, col, length, accumulate):
+    """out[row:row+4, col:col+2] (+)= a[row:row+4, :length] @ b[col:col+2, :length]ᵀ.
+
+    a (rows, ≥length), b (cols, ≥length), out (rows, cols).  Eight running dot
+    products stay in registers while the contraction runs over memory that is
+    contiguous in both operands, which LLVM turns into FMA vector loops.
+    """
+    a0, a1, a2, a3 = a[row], a[row + 1], a[row + 2], a[row + 3]
+    b0, b1 = b[col], b[col + 1]
+    zero = out.dtype.type(0.0)
+    s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = zero
+    for x in range(length):
+        s00 += a0[x] * b0[x]
+        s01 += a0[x] * b1[x]
+        s10 += a1[x] * b0[x]
+        s11 += a1[x] * b1[x]
+        s20 += a2[x] * b0[x]
+        s21 += a2[x] * b1[x]
+        s30 += a3[x] * b0[x]
+        s31 += a3[x] * b1[x]
+    if accumulate:
+        s00 += out[row, col]
+        s01 += out[row, col + 1]
+        s10 += out[row + 1, col]
+        s11 += out[row + 1, col + 1]
+        s20 += out[row + 2, col]
+        s21 += out[row + 2, col + 1]
+        s30 += out[row + 3, col]
+        s31 += out[row + 3, col + 1]
+    out[row, col] = s00
+    out[row, col + 1] = s01
+    out[row + 1, col] = s10
+    out[row + 1, col + 1] = s11
+    out[row + 2, col] = s20
+    out[row + 2, col + 1] = s21
+    out[row + 3, col] = s30
+    out[row + 3, col + 1] = s31
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def qk_tile(q_tile, k_tile, scores):
+    """scores = q_tile @ k_tileᵀ: q_tile (TILE_Q, d), k_tile (TILE_K, d),
+    scores (TILE_Q, TILE_K)."""
+    d = q_tile.shape[1]
+    for row in range(0, TILE_Q, BLOCK_ROWS):
+        for col in range(0, TILE_K, BLOCK_COLS):
+            dot_block(q_tile, k_tile, scores, row, col, d, False)
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def online_softmax(scores, n_keys, log2_scale, m, l, acc):
+    """One online-softmax step over a tile of unscaled scores S = Q Kᵀ, in place.
+
+    scores (TILE_Q, TILE_K) becomes P = 2**((S - m_new) · log2_scale) on the first
+    n_keys[r] columns of row r (the keys row r sees; the rest is left untouched).
+    m, l (TILE_Q,) are the running max and sum, acc (TILE_Q, d_v) is rescaled.
+    Scaling after the max subtraction keeps large logits accurate: S - m is exact
+    for the scores that matter, and only that small difference is rounded again.
+    """
+    neg_inf = scores.dtype.type(-np.inf)
+    zero = scores.dtype.type(0.0)
+    for r in range(TILE_Q):
+        n = n_keys[r]
+        if n == 0:
+            continue
+        row = scores[r]
+        # m = rowmax(S); a NaN score is skipped here and poisons the row through P.
+        m_new = m[r]
+        for j in range(n):
+            m_new = row[j] if row[j] > m_new else m_new
+        # While every score seen is -inf (m_new = -inf) shift by 0, so that P = 0
+        # rather than exp(-inf + inf) = NaN.
+        shift = zero if m_new == neg_inf else m_new
+        alpha = exp2((m[r] - shift) * log2_scale)
+        row_sum = zero
+        for j in range(n):
+            p = exp2((row[j] - shift) * log2_scale)
+            row[j] = p
+            row_sum += p
+        l[r] = l[r] * alpha + row_sum
+        m[r] = m_new
+        if alpha != 1:
+            acc_row = acc[r]
+            for c in range(acc_row.size):
+                acc_row[c] *= alpha
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def pv_tile(p, v_tile_t, n_keys, acc):
+    """acc += P @ V_tile, row r summing over exactly its n_keys[r] visible keys.
+
+    p (TILE_Q, TILE_K), v_tile_t (d_v rounded up to 2, TILE_K) = V_tileᵀ,
+    acc (TILE_Q, d_v rounded up to 2).  n_keys is non-decreasing down the tile, so a
+    block of rows shares the keys of its first row; the few extra keys of the later
+    rows on a diagonal tile are added one row at a time.  A key is never skipped for
+    a small weight: 0 * NaN in V must still give NaN.
+    """
+    width = acc.shape[1]
+    for row in range(0, TILE_Q, BLOCK_ROWS):
+        shared = n_keys[row]
+        if shared > 0:
+            for col in range(0, width, BLOCK_COLS):
+                dot_block(p, v_tile_t, acc, row, col, shared, True)
+        for r in range(row, row + BLOCK_ROWS):
+            acc_row = acc[r]
+            for j in range(shared, n_keys[r]):
+                weight = p[r, j]
+                for c in range(width):
+                    acc_row[c] += weight * v_tile_t[c, j]
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def pack_tiles(k, v, j0, n_valid, k_tile, v_tile_t):
+    """Copy keys j0 .. j0+n_valid into k_tile (TILE_K, d) and their values transposed
+    into v_tile_t (d_v rounded up to 2, TILE_K), zero padded, so that both products
+    contract over contiguous memory."""
+    d, d_v = k.shape[1], v.shape[1]
+    k_tile[:] = 0
+    v_tile_t[:] = 0
+    for j in range(n_valid):
+        for c in range(d):
+            k_tile[j, c] = k[j0 + j, c]
+        for c in range(d_v):
+            v_tile_t[c, j] = v[j0 + j, c]
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def task_order(task, n_heads, n_query_tiles, causal):
+    """(head, query tile) of a flattened parallel task.  Causal tiles grow with the
+    query index, so consecutive tasks pair a light tile with a heavy one and every
+    contiguous chunk of the prange gets about the same amount of work."""
+    head = task // n_query_tiles
+    tile = task % n_query_tiles
+    if causal:
+        tile = tile // 2 if tile % 2 == 0 else n_query_tiles - 1 - tile // 2
+    return head, tile
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def attention(q, k, v, out, causal, scale):
+    """out = softmax(scale · q kᵀ) v; q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v),
+    out (B, n_q, d_v)."""
+    n_heads, n_q, d = q.shape
+    n_k, d_v = k.shape[1], v.shape[2]
+    width = d_v + d_v % BLOCK_COLS
+    offset = n_k - n_q if causal else n_k  # query i sees keys j < i + 1 + offset
+    n_query_tiles = (n_q + TILE_Q - 1) // TILE_Q
+    dtype = q.dtype
+    # The running max is taken over unscaled scores, so a negative scale is moved
+    # into the (exact) sign of q.
+    q_sign = dtype.type(-1.0 if scale < 0 else 1.0)
+    log2_scale = dtype.type(abs(scale) * LOG2_E)
+    for task in prange(n_heads * n_query_tiles):
+        head, tile = task_order(task, n_heads, n_query_tiles, causal)
+        i0 = tile * TILE_Q
+        n_rows = min(TILE_Q, n_q - i0)
+        q_tile = np.zeros((TILE_Q, d), dtype)
+        k_tile = np.empty((TILE_K, d), dtype)
+        v_tile_t = np.empty((width, TILE_K), dtype)
+        scores = np.empty((TILE_Q, TILE_K), dtype)
+        acc = np.zeros((TILE_Q, width), dtype)
+        m = np.full(TILE_Q, -np.inf, dtype)
+        l = np.zeros(TILE_Q, dtype)
+        n_keys = np.empty(TILE_Q, np.int64)
+        for r in range(n_rows):
+            for c in range(d):
+                q_tile[r, c] = q[head, i0 + r, c] * q_sign
+        keys_seen_by_last = min(n_k, max(0, i0 + n_rows + offset))
+        for j0 in range(0, keys_seen_by_last, TILE_K):
+            n_valid = min(TILE_K, n_k - j0)
+            # Padding rows past n_q follow the same formula, which keeps n_keys sorted.
+            for r in range(TILE_Q):
+                n_keys[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
+            pack_tiles(k[head], v[head], j0, n_valid, k_tile, v_tile_t)
+            qk_tile(q_tile, k_tile, scores)
+            online_softmax(scores, n_keys, log2_scale, m, l, acc)
+            pv_tile(scores, v_tile_t, n_keys, acc)
+        for r in range(n_rows):
+            # A row that sees no key has acc = 0 and gets zeros; one whose scores
+            # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
+            sees_a_key = i0 + r + 1 + offset > 0
+            inv_l = 1 / l[r] if sees_a_key else dtype.type(0.0)
+            for c in range(d_v):
+                out[head, i0 + r, c] = acc[r, c] * inv_l
+
+
+def run(q, k, v, out, causal, scale):
+    """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), out (B, n_q, d_v): C-contiguous,
+    same dtype (float32 or float64), already validated.  Writes every element of out."""
+    numba.set_num_threads(min(budget(), numba.config.NUMBA_NUM_THREADS))
+    attention(q, k, v, out, bool(causal), float(scale))
