@@ -2,13 +2,15 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+ASV    := $(VENV)/bin/asv
 # what a change to which re-installs the package (and rebuilds the C extension)
 SOURCES := setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h csrc/*.py)
 
-.PHONY: help install bench test verify list timing peers clean
+.PHONY: help install bench report test verify list peers clean
 
 help:
-	@echo "make bench   run the benchmarks and write the report (the main job)"
+	@echo "make bench   run the asv benchmarks, then write reports/ (QUICK=1, THREADS=n, BENCH=regex)"
+	@echo "make report  rewrite reports/ from the asv results already in .asv/results"
 	@echo "make test    run the test suite"
 	@echo "make verify  every kernel against the float64 reference"
 	@echo "make list    the registered kernels"
@@ -35,9 +37,20 @@ verify: install
 list: install
 	$(PY) -m kernels list
 
+# The main job: the asv suite on .venv, then the report.  QUICK=1: small grids, one
+# sample each (a few minutes).  THREADS=n sets the one thread budget of every kernel.
+# A failed benchmark shows as a gap in the report, and makes `make bench` fail after it.
+ASV_FLAGS := --python=same --show-stderr $(if $(QUICK),--quick)
 bench: install
-	$(PY) -m kernels verify
-	$(PY) -m kernels timing --seq-len 256 1024 4096
+	$(ASV) machine --yes > /dev/null
+	@status=0; \
+	ATTNBENCH_QUICK=$(if $(QUICK),1,0) $(if $(THREADS),ATTNBENCH_THREADS=$(THREADS)) \
+	  $(ASV) run $(ASV_FLAGS) --set-commit-hash $$(git rev-parse HEAD) $(if $(BENCH),--bench '$(BENCH)') || status=$$?; \
+	$(PY) -m kernels report --results .asv/results --out reports || status=$$?; \
+	exit $$status
+
+report: install
+	$(PY) -m kernels report --results .asv/results --out reports
 
 peers: install
 	$(PY) -m pip install --quiet "torch==2.13.0"

@@ -119,3 +119,8 @@ class MemoryWall(_Attention):
         return peak_extra_bytes(self.call)
 
     track_peak_extra_bytes.unit = "bytes"
+
+    def track_seconds(self, kernel):
+        return self.median_seconds(calls=1)
+
+    track_seconds.unit = "seconds"

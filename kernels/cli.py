@@ -1,4 +1,4 @@
-"""The command line: ``python -m kernels {list,verify,timing}`` (also ``attnbench``)."""
+"""The command line: ``python -m kernels {list,verify,timing,report}`` (also ``attnbench``)."""
 import argparse
 import sys
 import time
@@ -84,6 +84,18 @@ def cmd_timing(args):
     return 0
 
 
+def cmd_report(args):
+    from .report import write_report  # matplotlib only when a report is asked for
+
+    try:
+        path = write_report(args.results, args.out)
+    except FileNotFoundError as error:
+        print(f"attnbench report: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     parser.add_argument("--threads", type=int, help="thread budget for BLAS, Numba and OpenMP")
@@ -102,6 +114,10 @@ def main(argv=None):
     timing.add_argument("--causal", action="store_true")
     timing.add_argument("--repeat", type=int, default=5)
     timing.set_defaults(func=cmd_timing)
+    report = sub.add_parser("report", help="REPORT.md, plots and CSV from asv's results")
+    report.add_argument("--results", default=".asv/results", help="asv results folder")
+    report.add_argument("--out", default="reports", help="where REPORT.md, PNGs and CSVs go")
+    report.set_defaults(func=cmd_report)
     args = parser.parse_args(argv)
     if args.threads:
         threads.set_budget(args.threads)

@@ -44,7 +44,6 @@ DTYPES = ("float32", "float64")
 ITEMSIZE = {"float32": 4, "float64": 8}
 GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}
 HEADS = 8                 # MultiHead and Threads
-HEADLINE_SEQ_LEN = 4096   # MultiHead's and Threads' n
 WALL_SEQ_LEN = 65536      # MemoryWall: float64, one head, causal
 PEER = "torch_sdpa"
 GOAL_SEQ_LEN = 8192       # the tiled-vs-numpy goal, one head (SeqLen)
@@ -65,10 +64,11 @@ def write_report(results_dir=".asv/results", out_dir="reports"):
     plot_time(run, fits, out_dir / "time_vs_n.png")
     plot_memory(run, fits, out_dir / "memory_vs_n.png")
     plot_throughput(run, out_dir / "throughput_vs_n.png")
-    for table in (seq_len_table(run), multihead_table(run)):
+    tables = build_tables(run, fits)
+    for table in tables.values():
         table.write_csv(out_dir)
     report = out_dir / "REPORT.md"
-    report.write_text(render(run, fits, out_dir))
+    report.write_text(render(run, fits, tables))
     return report
 
 
@@ -121,7 +121,7 @@ def fmt_gflops(value):
 
 
 def fmt_ratio(value):
-    return f"{value:.2f}×"
+    return f"{value:,.0f}×" if value >= 100 else f"{value:.2f}×"
 
 
 def fmt_percent(value):
@@ -161,12 +161,20 @@ def seq_len_table(run):
         Column("peak_extra_bytes", "peak extra memory", format_bytes)), rows)
 
 
-def multihead_seconds(run, kernel, dtype, causal=False, seq_len=HEADLINE_SEQ_LEN):
+def headline_seq_len(run):
+    """The largest n MultiHead ran: 4096, or 1024 in a quick run (Threads uses the same n)."""
+    return max(run.param_values(MULTI_HEAD_TIME, "seq_len"), default=4096)
+
+
+def multihead_seconds(run, kernel, dtype, causal=False, seq_len=None):
+    """MultiHead's time per call, at the headline n unless ``seq_len`` is given."""
+    seq_len = seq_len or headline_seq_len(run)
     return run.value(MULTI_HEAD_TIME, kernel=kernel, seq_len=seq_len, dtype=dtype, causal=causal)
 
 
-def multihead_gflops(run, kernel, dtype, causal=False, seq_len=HEADLINE_SEQ_LEN):
+def multihead_gflops(run, kernel, dtype, causal=False, seq_len=None):
     """GFLOP/s from MultiHead's time, so that a table's time and throughput agree."""
+    seq_len = seq_len or headline_seq_len(run)
     return gflops(multihead_seconds(run, kernel, dtype, causal, seq_len), seq_len, HEADS, causal)
 
 
@@ -187,7 +195,7 @@ def multihead_table(run):
 
 
 def headline_table(run):
-    """MultiHead at n = 4096, full: time, GFLOP/s, share of BLAS gemm, against numpy and the peer."""
+    """MultiHead at the headline n, full: time, GFLOP/s, share of BLAS gemm, against numpy and the peer."""
     rows = []
     for dtype in DTYPES:
         ceiling = run.value(GEMM[dtype][1])
@@ -230,7 +238,7 @@ def rung_speedup_table(run):
 
 
 def causal_table(run):
-    """Causal time ÷ full time per kernel (MultiHead, n = 4096): ideally 0.5."""
+    """Causal time ÷ full time per kernel (MultiHead, headline n): ideally 0.5."""
     rows = [[kernel] + [ratio(multihead_seconds(run, kernel, dtype, causal=True),
                               multihead_seconds(run, kernel, dtype)) for dtype in DTYPES]
             for kernel in kernels_in(run, MULTI_HEAD_TIME)]
@@ -240,7 +248,7 @@ def causal_table(run):
 
 
 def precision_table(run):
-    """float64 time ÷ float32 time per kernel (MultiHead, n = 4096): twice the bytes per value."""
+    """float64 time ÷ float32 time per kernel (MultiHead, headline n): twice the bytes per value."""
     rows = [[kernel] + [ratio(multihead_seconds(run, kernel, "float64", causal),
                               multihead_seconds(run, kernel, "float32", causal))
                         for causal in (False, True)]
@@ -261,7 +269,7 @@ def thread_gflops(run, kernel, threads):
 
 
 def threads_table(run):
-    """Threads (float32, 8 heads, n = 4096, full): GFLOP/s on one thread and on all."""
+    """Threads (float32, 8 heads, headline n, full): GFLOP/s on one thread and on all."""
     one, every = thread_counts(run)
     rows = []
     for kernel in kernels_in(run, THREADS_GFLOPS):
@@ -275,20 +283,22 @@ def threads_table(run):
         Column("efficiency", "per thread", fmt_percent)), rows)
 
 
-def wall_need(kernel, ram_bytes):
+def wall_need(run, kernel):
     """For a materialising kernel: why it cannot run the memory wall, in words."""
     if not analysis.materialises(kernel):
         return ""
     need = KERNELS[kernel].workspace_bytes(1, WALL_SEQ_LEN, WALL_SEQ_LEN, HEAD_DIM, HEAD_DIM,
                                            ITEMSIZE["float64"], True)
-    relation = ">" if need > ram_bytes else "≤"
-    return f"would need {format_bytes(need)} {relation} RAM {format_bytes(ram_bytes)}"
+    if _missing(run.ram_bytes):
+        return f"would need {format_bytes(need)}"
+    relation = ">" if need > run.ram_bytes else "≤"
+    return f"would need {format_bytes(need)} {relation} RAM {ram_text(run)}"
 
 
 def memory_wall_table(run):
     """MemoryWall (n = 65536, float64, one head, causal): peak extra memory and seconds."""
     rows = [[kernel, run.value(WALL_MEMORY, kernel=kernel), run.value(WALL_SECONDS, kernel=kernel),
-             wall_need(kernel, run.ram_bytes)]
+             wall_need(run, kernel)]
             for kernel in kernels_in(run, WALL_MEMORY, WALL_SECONDS)]
     return Table("memory_wall", (
         Column("kernel", "kernel"), Column("peak_extra_bytes", "peak extra memory", format_bytes),
@@ -316,15 +326,18 @@ def fits_table(fits):
 class Goal:
     what: str
     measured: float
-    at_least: bool      # the measured value should be ≥ target (else ≤)
+    at_least: bool      # met when measured ≥ target (else when measured ≤ target)
     target: float
-    fmt: Callable = fmt_ratio
 
     @property
     def met(self):
         if _missing(self.measured):
             return math.nan
         return "yes" if (self.measured >= self.target) == self.at_least else "no"
+
+
+def fmt_number(value):
+    return f"{value:.3g}"
 
 
 def goals_table(run):
@@ -339,33 +352,31 @@ def goals_table(run):
     def over_numpy(kernel):
         return ratio(numpy_time, run.value(SEQ_LEN_TIME, kernel=kernel, seq_len=GOAL_SEQ_LEN, dtype=f32))
 
-    headline = f"GFLOP/s, {HEADS} heads, n = {HEADLINE_SEQ_LEN:,}"
+    config = f"{HEADS} heads, n = {headline_seq_len(run):,}"
     goals = [
-        Goal(f"c_tiled ÷ {PEER}, {headline}, float32, all threads", peer_ratio("c_tiled", f32), True, 1.2),
-        Goal(f"c_tiled ÷ {PEER}, {headline}, float32, one thread",
+        Goal(f"c_tiled ÷ {PEER} GFLOP/s, float32, {config}, all threads",
+             peer_ratio("c_tiled", f32), True, 1.2),
+        Goal(f"c_tiled ÷ {PEER} GFLOP/s, float32, {config}, one thread",
              ratio(thread_gflops(run, "c_tiled", one), thread_gflops(run, PEER, one)), True, 1.2),
-        Goal(f"c_tiled ÷ {PEER}, {headline}, float64", peer_ratio("c_tiled", "float64"), True, 1.2),
-        Goal(f"numba_tiled ÷ {PEER}, {headline}, float32", peer_ratio("numba_tiled", f32), True, 0.6),
-        Goal(f"c_tiled ÷ sgemm, {headline}, float32",
+        Goal(f"c_tiled ÷ {PEER} GFLOP/s, float64, {config}", peer_ratio("c_tiled", "float64"), True, 1.2),
+        Goal(f"numba_tiled ÷ {PEER} GFLOP/s, float32, {config}", peer_ratio("numba_tiled", f32), True, 0.6),
+        Goal(f"c_tiled ÷ sgemm GFLOP/s, float32, {config}",
              ratio(multihead_gflops(run, "c_tiled", f32), run.value(SGEMM)), True, 0.85),
-        *(Goal(f"{kernel} speed-up over numpy, one head, n = {GOAL_SEQ_LEN:,}, float32",
+        *(Goal(f"{kernel} speed-up over numpy, float32, one head, n = {GOAL_SEQ_LEN:,}",
                over_numpy(kernel), True, 3) for kernel in ("numba_tiled", "c_tiled")),
-        Goal(f"c_tiled causal ÷ full time, n = {HEADLINE_SEQ_LEN:,}, float32",
+        Goal(f"c_tiled causal ÷ full time, float32, {config}",
              ratio(multihead_seconds(run, "c_tiled", f32, causal=True),
                    multihead_seconds(run, "c_tiled", f32)), False, 0.6),
-        Goal("c_tiled all threads ÷ one thread, GFLOP/s",
+        Goal(f"c_tiled all threads ÷ one thread GFLOP/s, float32, {config}",
              ratio(thread_gflops(run, "c_tiled", every), thread_gflops(run, "c_tiled", one)), True, 1.8),
-        Goal("first Numba call, empty cache (compile)", run.value(COMPILE_SECONDS), False, 10, fmt_seconds),
-        Goal("first Numba call, cached", run.value(CACHED_CALL_SECONDS), False, 1, fmt_seconds),
-        Goal("import kernels", run.value(IMPORT_SECONDS), False, 1, fmt_seconds),
+        Goal("first Numba call with an empty cache (compile), seconds", run.value(COMPILE_SECONDS), False, 10),
+        Goal("first Numba call from the cache, seconds", run.value(CACHED_CALL_SECONDS), False, 1),
+        Goal("import kernels, seconds", run.value(IMPORT_SECONDS), False, 1),
     ]
-    rows = [[g.what, g.measured, ("≥ " if g.at_least else "≤ ") + g.fmt(g.target), g.met] for g in goals]
-    formats = {id(row): goal.fmt for row, goal in zip(rows, goals)}
-    return Table("goals", (
-        Column("goal", "goal"), Column("measured", "measured", lambda v: v),
-        Column("target", "target"), Column("met", "met")),
-        [[what, _missing(v) and v or formats[id(row)](v), target, met]
-         for row in rows for what, v, target, met in [row]])
+    rows = [[g.what, g.measured, ("≥ " if g.at_least else "≤ ") + fmt_number(g.target), g.met]
+            for g in goals]
+    return Table("goals", (Column("goal", "goal"), Column("measured", "measured", fmt_number),
+                           Column("target", "target"), Column("met", "met")), rows)
 
 
 # -- fits and plots -----------------------------------------------------------------------
@@ -388,3 +399,303 @@ def out_of_memory(run, fits):
                               analysis.largest_fitting_seq_len(kernel, ITEMSIZE[dtype], ram))
             for (quantity, dtype, kernel), fit in fits.items()
             if quantity == MEMORY and analysis.materialises(kernel) and not _missing(ram)}
+
+
+def _pyplot():
+    """pyplot on the Agg backend, imported on first use so that ``import kernels`` stays light."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+    return pyplot
+
+
+def ram_text(run):
+    return "unknown" if _missing(run.ram_bytes) else format_bytes(run.ram_bytes)
+
+
+def machine_caption(run):
+    machine = run.machine
+    return (f"{machine.get('machine', '?')}: {machine.get('cpu', '?')}, {machine.get('num_cpu', '?')} CPUs, "
+            f"{ram_text(run)} RAM; commit {run.commit_hash[:8]}, {run.date:%Y-%m-%d}")
+
+
+def kernel_styles(run):
+    """name -> line style, the same in every plot; the external peer dashed."""
+    names = kernel_order(list(KERNELS) + [v for b in BENCHMARKS for v in run.param_values(b, "kernel")])
+    return {name: dict(color=f"C{i % 10}", linestyle="--" if is_external(name) else "-",
+                       marker="o", markersize=4)
+            for i, name in enumerate(names)}
+
+
+def kernel_label(kernel):
+    return f"{kernel} (external)" if is_external(kernel) else kernel
+
+
+def fit_label(kernel, fit):
+    if fit is None:
+        return f"{kernel_label(kernel)}  (too few points to fit)"
+    return f"{kernel_label(kernel)}  $n^{{{fit.b:.2f}}}$ (fit {fit.n_min:,}–{fit.n_max:,})"
+
+
+def _figure(run, title):
+    """One panel per dtype under a title that names the machine."""
+    fig, axes = _pyplot().subplots(1, len(DTYPES), figsize=(13, 5.5), squeeze=False)
+    fig.suptitle(f"{title}\n{machine_caption(run)}", fontsize=11)
+    return fig, axes[0]
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
+def _seq_len_axis(ax, low, high):
+    """Log base-2 x axis from low to high with power-of-two ticks labelled 256, 1k, 64k."""
+    ax.set_xscale("log", base=2)
+    powers = [2 ** p for p in range(int(math.floor(math.log2(low))), int(math.ceil(math.log2(high))) + 1)]
+    ticks = powers if len(powers) <= 10 else powers[::2]
+    ax.set_xticks(ticks, [f"{n // 1024}k" if n >= 1024 else str(n) for n in ticks])
+    ax.set_xlabel("sequence length n (tokens; log scale, k = 1024)")
+
+
+def _draw_kernels(ax, run, benchmark, dtype, styles, label, to_y=lambda seq_len, value: value):
+    """One line per kernel with data in this dtype (NaN leaves a gap); the n range drawn."""
+    drawn = []
+    for kernel in kernels_in(run, benchmark):
+        seq_lens, values = seq_len_series(run, benchmark, kernel, dtype)
+        y = [to_y(n, v) for n, v in zip(seq_lens, values)]
+        if all(_missing(v) for v in y):
+            continue
+        ax.plot(seq_lens, y, label=label(kernel), **styles[kernel])
+        drawn += [n for n, v in zip(seq_lens, y) if not _missing(v)]
+    if not drawn:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center")
+    return drawn
+
+
+def _finish(ax, dtype, ylabel):
+    ax.set_title(dtype)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
+
+
+def plot_time(run, fits, path):
+    """time_vs_n.png: seconds per call against n, log-log, fitted exponents, an n² guide."""
+    fig, axes = _figure(run, f"Attention time per call vs sequence length (one head, d = {HEAD_DIM}, full)")
+    styles = kernel_styles(run)
+    for dtype, ax in zip(DTYPES, axes):
+        drawn = _draw_kernels(ax, run, SEQ_LEN_TIME, dtype, styles,
+                              lambda kernel: fit_label(kernel, fits[TIME, dtype, kernel]))
+        if drawn:
+            _draw_n_squared_guide(ax, run, dtype, min(drawn), max(drawn))
+            _seq_len_axis(ax, min(drawn), max(drawn))
+            ax.set_yscale("log")
+        _finish(ax, dtype, "time per call (seconds, log scale)")
+    _save(fig, path)
+
+
+def _draw_n_squared_guide(ax, run, dtype, low, high):
+    """A grey n² line through the median time at the largest n, for judging slopes by eye."""
+    at_high = [run.value(SEQ_LEN_TIME, kernel=k, seq_len=high, dtype=dtype)
+               for k in kernels_in(run, SEQ_LEN_TIME)]
+    anchor = sorted(v for v in at_high if not _missing(v))
+    if anchor:
+        middle = anchor[len(anchor) // 2]
+        ax.plot([low, high], [middle * (low / high) ** 2, middle], color="grey", linestyle=":",
+                linewidth=1.5, label="∝ n² (guide)")
+
+
+def _bytes_axis(ax):
+    """Log y axis in bytes, ticks every factor 32 labelled 1 KiB, 32 KiB, 1 MiB, ..."""
+    ticker = _pyplot().matplotlib.ticker
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=32))
+    ax.yaxis.set_minor_locator(ticker.LogLocator(base=2))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(
+        lambda value, _: format_bytes(value).replace(".0 ", " ")))
+
+
+def plot_memory(run, fits, path):
+    """memory_vs_n.png: peak extra bytes per call against n, RAM, where n² meets RAM."""
+    fig, axes = _figure(run, f"Peak extra memory of one call vs sequence length (one head, d = {HEAD_DIM}, full)")
+    styles = kernel_styles(run)
+    walls = out_of_memory(run, fits)
+    for dtype, ax in zip(DTYPES, axes):
+        drawn = _draw_kernels(ax, run, SEQ_LEN_MEMORY, dtype, styles,
+                              lambda kernel: fit_label(kernel, fits[MEMORY, dtype, kernel]))
+        if not _missing(run.ram_bytes):
+            ax.axhline(run.ram_bytes, color="black", linewidth=1, label=f"RAM {ram_text(run)}")
+        for (kernel, wall_dtype), (fitted_n, _) in walls.items():
+            if wall_dtype == dtype and not _missing(fitted_n):
+                _draw_wall(ax, fits[MEMORY, dtype, kernel], fitted_n, run.ram_bytes, kernel, styles)
+                drawn.append(fitted_n)
+        if drawn:
+            _seq_len_axis(ax, min(drawn), max(drawn))
+            _bytes_axis(ax)
+        _finish(ax, dtype, "peak extra memory per call (bytes, log scale)")
+    _save(fig, path)
+
+
+def _draw_wall(ax, fit, fitted_n, ram_bytes, kernel, styles):
+    """The fit extrapolated (dotted) from the last measured n to RAM, and an X where they meet."""
+    seq_lens = [fit.n_max * (fitted_n / fit.n_max) ** (i / 20) for i in range(21)]
+    colour = styles[kernel]["color"]
+    ax.plot(seq_lens, fit(seq_lens), color=colour, linestyle=":", linewidth=1)
+    ax.plot([fitted_n], [ram_bytes], marker="X", markersize=10, color=colour, linestyle="none")
+    ax.annotate(f"{kernel}: out of memory\nat n ≈ {fitted_n:,.0f}", (fitted_n, ram_bytes),
+                textcoords="offset points", xytext=(-12, -36), ha="right", fontsize=8, color=colour)
+
+
+def plot_throughput(run, path):
+    """throughput_vs_n.png: GFLOP/s against n, with the measured BLAS gemm as ceiling."""
+    fig, axes = _figure(run, f"Attention throughput vs sequence length (one head, d = {HEAD_DIM}, full)")
+    styles = kernel_styles(run)
+    for dtype, ax in zip(DTYPES, axes):
+        drawn = _draw_kernels(ax, run, SEQ_LEN_TIME, dtype, styles, kernel_label,
+                              to_y=lambda seq_len, seconds: gflops(seconds, seq_len))
+        gemm, benchmark = GEMM[dtype]
+        ceiling = run.value(benchmark)
+        if not _missing(ceiling):
+            ax.axhline(ceiling, color="black", linestyle="-.", linewidth=1,
+                       label=f"{gemm} of the installed BLAS: {ceiling:.1f} GFLOP/s")
+        if drawn:
+            _seq_len_axis(ax, min(drawn), max(drawn))
+            ax.set_yscale("log")
+        _finish(ax, dtype, "GFLOP/s (4·n²·d flops per call ÷ time; log scale)")
+    _save(fig, path)
+
+
+# -- REPORT.md --------------------------------------------------------------------------
+
+def _text(value, fmt):
+    return "n/a" if _missing(value) else fmt(value)
+
+
+def library_versions():
+    """'numpy 2.4.6, ..., torch not installed', from the current environment's metadata."""
+    def version(name):
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            return f"{name} not installed"
+    return ", ".join(version(name) for name in LIBRARIES)
+
+
+def header(run):
+    machine = run.machine
+    budget = run.value(THREAD_BUDGET)
+    ceiling = ", ".join(f"{gemm} {_text(run.value(benchmark), fmt_gflops)} GFLOP/s"
+                        for gemm, benchmark in GEMM.values())
+    return "\n".join([
+        f"- **Measured:** commit `{run.commit_hash}`, {run.date:%Y-%m-%d %H:%M} UTC, asv environment "
+        f"`{run.env_name}` (results file `{run.path.parent.name}/{run.path.name}`).",
+        f"- **Machine:** {machine.get('machine', '?')}: {machine.get('cpu', '?')}, "
+        f"{machine.get('num_cpu', '?')} CPUs, {ram_text(run)} RAM, {machine.get('os', '?')} "
+        f"({machine.get('arch', '?')}).",
+        f"- **Thread budget:** {_text(budget, lambda v: f'{v:.0f}')} threads for every kernel "
+        "(BLAS, Numba and OpenMP alike).",
+        f"- **Ceiling, measured in the same run:** {ceiling} (installed BLAS); memory bandwidth "
+        f"{_text(run.value(BANDWIDTH), lambda v: f'{v:.1f}')} GB/s.",
+        f"- **Versions:** Python {machine.get('python', '?')} (from the results); {library_versions()} "
+        "(read with importlib.metadata from the environment that wrote this report).",
+    ])
+
+
+def out_of_memory_text(run, fits):
+    """One line per materialising kernel and dtype: where its memory meets RAM."""
+    lines = []
+    for (kernel, dtype), (fitted_n, exact_n) in out_of_memory(run, fits).items():
+        if _missing(fitted_n):
+            fitted = "too few points to fit"
+        else:
+            need = KERNELS[kernel].workspace_bytes(1, round(fitted_n), round(fitted_n), HEAD_DIM,
+                                                   HEAD_DIM, ITEMSIZE[dtype], False)
+            fitted = (f"the fit reaches RAM at n ≈ {fitted_n:,.0f} (its exact workspace there: "
+                      f"{format_bytes(need)})")
+        lines.append(f"- **{kernel}, {dtype}:** {fitted}; by the exact workspace formula the "
+                     f"largest n that fits in {ram_text(run)} is {exact_n:,}.")
+    return "\n".join(lines) or "No materialising kernel has memory measurements."
+
+
+def _case(record):
+    params = ", ".join(f"{name}={value!r}" for name, value in record.params.items())
+    return f"`{record.benchmark}`" + (f" ({params})" if params else "")
+
+
+def gaps_text(run):
+    """What is missing and why: failed cases, skipped count, benchmarks absent from the run."""
+    failed = [_case(r) for r in run.records if r.status == analysis.FAILED]
+    skipped = sum(r.status == analysis.SKIPPED for r in run.records)
+    absent = [f"`{b}`" for b in BENCHMARKS if not run.select(b)]
+    return "\n".join([
+        f"- Failed (the benchmark raised; see asv's log): {len(failed)}" + "".join(
+            f"\n  - {case}" for case in failed),
+        f"- Skipped by the benchmarks (a size or dtype a kernel does not take): {skipped} cases.",
+        "- Not in the results file: " + (", ".join(absent) if absent else "none") + ".",
+    ])
+
+
+def build_tables(run, fits):
+    tables = (headline_table(run), seq_len_table(run), multihead_table(run), fits_table(fits),
+              rung_speedup_table(run), causal_table(run), precision_table(run), threads_table(run),
+              memory_wall_table(run), startup_table(run), goals_table(run))
+    return {table.name: table for table in tables}
+
+
+def render(run, fits, tables):
+    one, every = thread_counts(run)
+    headline = f"{HEADS} heads, n = {headline_seq_len(run):,}"
+    return "\n\n".join([
+        "# Self-attention on the CPU: scaling report",
+        header(run),
+        f"## Headline: {headline}, d = {HEAD_DIM}, full attention",
+        "GFLOP/s counts 4·n²·d flops per head (half that when causal) over asv's time per call; "
+        f"speed-up over numpy is its time ÷ the kernel's. All cases in [multihead.csv](multihead.csv).",
+        tables["headline"].markdown(),
+        "## Time against sequence length",
+        "![Time per call against n, log-log, one line per kernel](time_vs_n.png)",
+        "Attention does 4·n²·d flops, so time grows as n² (the dotted guide) once n is large; the "
+        "rungs differ by the vertical distance between lines. Exponents fitted for n ≥ "
+        f"{analysis.FIT_MIN_N:,} are in the legend and below; every point is in [seq_len.csv](seq_len.csv).",
+        "## Memory against sequence length",
+        "![Peak extra memory per call against n, log-log, with the machine's RAM](memory_vs_n.png)",
+        "Peak extra memory of one call beyond its inputs: ≈ n² for a kernel that materialises the "
+        "n × n scores, ≈ n for the tiled ones. The O(n²) wall, extrapolated from the fit to this "
+        f"machine's RAM (one head, d = {HEAD_DIM}, full):",
+        out_of_memory_text(run, fits),
+        "## Throughput against sequence length",
+        "![GFLOP/s against n with the BLAS gemm ceiling](throughput_vs_n.png)",
+        "GFLOP/s of one head against the sgemm (float32) and dgemm (float64) throughput of the "
+        "installed BLAS, measured in the same run: the most a kernel built on matrix products can expect.",
+        "## Fitted exponents",
+        f"y ≈ a·n^b by least squares on log-log axes over the points with n ≥ {analysis.FIT_MIN_N:,} "
+        f"(at least {analysis.FIT_MIN_POINTS}); also [fits.csv](fits.csv).",
+        tables["fits"].markdown(),
+        "## Speed-up between rungs",
+        "Time of a rung ÷ time of the next, one head, at the largest n where both ran.",
+        tables["rung_speedups"].markdown(),
+        "## Causal against full",
+        f"Causal time ÷ full time, {headline}: 0.5 when a kernel skips "
+        "every masked tile, 1 when it computes them anyway.",
+        tables["causal_vs_full"].markdown(),
+        "## float64 against float32",
+        f"float64 time ÷ float32 time, {headline}.",
+        tables["float64_vs_float32"].markdown(),
+        "## Thread scaling",
+        f"GFLOP/s with {_text(one, fmt_count)} and with {_text(every, fmt_count)} threads "
+        f"(float32, {headline}, full); per thread = speed-up ÷ threads.",
+        tables["thread_scaling"].markdown(),
+        f"## The memory wall: n = {WALL_SEQ_LEN:,}",
+        f"float64, one head, causal: what the tiled kernels need where the n × n scores cannot exist.",
+        tables["memory_wall"].markdown(),
+        "## Startup",
+        tables["startup"].markdown(),
+        "## Goals",
+        tables["goals"].markdown(),
+        "## Gaps",
+        gaps_text(run),
+    ]) + "\n"
