@@ -40,7 +40,7 @@ list: install
 # The main job: the asv suite on .venv, then the report.  QUICK=1: small grids, one
 # sample each (a few minutes).  THREADS=n sets the one thread budget of every kernel.
 # A failed benchmark shows as a gap in the report, and makes `make bench` fail after it.
-ASV_FLAGS := --python=same --show-stderr $(if $(QUICK),--quick)
+ASV_FLAGS := --python=same $(if $(QUICK),--quick)
 bench: install
 	$(ASV) machine --yes > /dev/null
 	@status=0; \

@@ -83,21 +83,18 @@ __attribute__((constructor)) static void select_default_isa(void)
 
 #define real float
 #define SUFFIX(name) name##_f32
-#define EXP expf
 #define QUERY_TILE ATTN_F32_QUERY_TILE
 #define KEY_TILE ATTN_F32_KEY_TILE
 #define ACTIVE_OPS ops_f32
 #include "flash_driver.inc"
 #undef real
 #undef SUFFIX
-#undef EXP
 #undef QUERY_TILE
 #undef KEY_TILE
 #undef ACTIVE_OPS
 
 #define real double
 #define SUFFIX(name) name##_f64
-#define EXP exp
 #define QUERY_TILE ATTN_F64_QUERY_TILE
 #define KEY_TILE ATTN_F64_KEY_TILE
 #define ACTIVE_OPS ops_f64

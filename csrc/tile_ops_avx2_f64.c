@@ -1,7 +1,7 @@
-/* float64 tile operations with AVX2 + FMA (4 doubles per __m256d): the float32 design
-   (tile_ops_avx2_f32.c) at half the lanes, with a longer exp polynomial.
-   Only these functions carry target("avx2,fma"); attention.c calls them only when the CPU
-   reports both features. */
+/* float64 tile operations with AVX2 + FMA, 4 queries per __m256d (layouts in tile_ops.h):
+   the float32 design of tile_ops_avx2_f32.c at half the lanes.
+   The file is compiled for the baseline ISA; only these functions carry
+   target("avx2,fma"), and attention.c selects them only on CPUs with both features. */
 #include <immintrin.h>
 #include <math.h>
 #include "tile_ops.h"
@@ -9,33 +9,12 @@
 #define AVX2_FMA __attribute__((target("avx2,fma")))
 #define INLINE_AVX2_FMA static inline __attribute__((always_inline, target("avx2,fma")))
 
-#define KEY_PANEL 12    /* keys per packed Kᵀ panel = 3 vectors: the QK micro-kernel is 4 × 12 */
-#define DV_ALIGN 4      /* V columns padded to whole vectors: the PV micro-kernel is 4 × 8 or 4 × 4 */
+#define QUERY_PANEL 12   /* 3 vectors: both micro-kernels are 4 × 12 (12 accumulators) */
 
-/* Lanes [0, n) set, for the tails of rows that are not a multiple of 4 long. */
-INLINE_AVX2_FMA __m256i lanes_below(int64_t n)
-{
-    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
-}
+static int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-INLINE_AVX2_FMA double hmax4(__m256d x)
-{
-    __m128d m = _mm_max_pd(_mm256_castpd256_pd128(x), _mm256_extractf128_pd(x, 1));
-    m = _mm_max_sd(m, _mm_unpackhi_pd(m, m));
-    return _mm_cvtsd_f64(m);
-}
-
-INLINE_AVX2_FMA double hsum4(__m256d x)
-{
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(x), _mm256_extractf128_pd(x, 1));
-    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
-    return _mm_cvtsd_f64(s);
-}
-
-/* exp(x) on 4 lanes, within 1 ulp-ish for x in [−708.4, 709]: x = k·ln2 + r with |r| <= ln2/2,
-   exp(x) = 2^k · p(r), p a degree-11 near-minimax polynomial (Chebyshev fit, error < 1 eps).
-   x < −1022·ln2 (subnormal result) and x = −inf give 0; NaN gives NaN (see exp8 in the
-   float32 file). */
+/* exp(x) on 4 lanes, within an ulp for x in [−708.3, 709]: as exp8 in the float32 file,
+   with a degree-11 polynomial (Chebyshev fit, error < 1 eps) and 0 below −1022·ln2. */
 INLINE_AVX2_FMA __m256d exp4(__m256d x)
 {
     const __m256d k = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
@@ -44,7 +23,7 @@ INLINE_AVX2_FMA __m256d exp4(__m256d x)
     __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(6.93147180369123816e-01), x);
     r = _mm256_fnmadd_pd(k, _mm256_set1_pd(1.90821492927058770e-10), r);
 
-    static const double coef[] = {
+    static const double coef[] = {   /* highest power first */
         2.5110037605963777e-08, 2.763263963904103e-07, 2.755724091857897e-06,
         2.4801485482328494e-05, 0.00019841269890047113, 0.0013888888952314775,
         0.008333333333319601, 0.0416666666664881, 0.1666666666666668,
@@ -62,153 +41,145 @@ INLINE_AVX2_FMA __m256d exp4(__m256d x)
     return _mm256_andnot_pd(underflow, _mm256_mul_pd(p, two_k));
 }
 
-/* S (4, 12) = scale · Q (4, d) · Kᵀ panel (d, 12): 12 accumulators, per step 3 loads + 4 broadcasts */
-INLINE_AVX2_FMA void qk_4x12(const double *q, int64_t d, const double *kt, double *s, int64_t ld_s,
-                             double scale)
+/* Sᵀ (4, 12) = scale · K (4 rows, d) · Qᵀ panel (d, 12); per step 3 loads, 4 broadcasts, 12 FMAs */
+INLINE_AVX2_FMA void qk_4x12(const double *const k_rows[4], const double *qt, int64_t d, double scale,
+                             double *st, int64_t ld)
 {
     __m256d acc[4][3];
-    for (int r = 0; r < 4; r++)
+    for (int i = 0; i < 4; i++)
         for (int c = 0; c < 3; c++)
-            acc[r][c] = _mm256_setzero_pd();
+            acc[i][c] = _mm256_setzero_pd();
     for (int64_t p = 0; p < d; p++) {
-        const __m256d b0 = _mm256_load_pd(kt + p * KEY_PANEL);
-        const __m256d b1 = _mm256_load_pd(kt + p * KEY_PANEL + 4);
-        const __m256d b2 = _mm256_load_pd(kt + p * KEY_PANEL + 8);
-        for (int r = 0; r < 4; r++) {
-            const __m256d a = _mm256_broadcast_sd(q + r * d + p);
-            acc[r][0] = _mm256_fmadd_pd(a, b0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_pd(a, b1, acc[r][1]);
-            acc[r][2] = _mm256_fmadd_pd(a, b2, acc[r][2]);
+        const __m256d b0 = _mm256_load_pd(qt + p * QUERY_PANEL);
+        const __m256d b1 = _mm256_load_pd(qt + p * QUERY_PANEL + 4);
+        const __m256d b2 = _mm256_load_pd(qt + p * QUERY_PANEL + 8);
+        for (int i = 0; i < 4; i++) {
+            const __m256d a = _mm256_broadcast_sd(k_rows[i] + p);
+            acc[i][0] = _mm256_fmadd_pd(a, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_pd(a, b1, acc[i][1]);
+            acc[i][2] = _mm256_fmadd_pd(a, b2, acc[i][2]);
         }
     }
     const __m256d vscale = _mm256_set1_pd(scale);
-    for (int r = 0; r < 4; r++)
+    for (int i = 0; i < 4; i++)
         for (int c = 0; c < 3; c++)
-            _mm256_storeu_pd(s + r * ld_s + 4 * c, _mm256_mul_pd(vscale, acc[r][c]));
+            _mm256_store_pd(st + i * ld + 4 * c, _mm256_mul_pd(vscale, acc[i][c]));
 }
 
-static AVX2_FMA void qk_tile(const double *q, const double *kt, double *s, int64_t ld_s,
-                             int64_t rows, int64_t keys_pad, int64_t d, double scale)
+static AVX2_FMA void qk_tile(const double *k, int64_t keys, const double *qt, int64_t rows_pad,
+                             int64_t d, double scale, double *st, int64_t ld)
 {
-    /* Panel outer: one Kᵀ panel (d × 12) stays in L1 while all query rows stream past it. */
-    for (int64_t j = 0; j < keys_pad; j += KEY_PANEL)
-        for (int64_t r = 0; r < rows; r += 4)
-            qk_4x12(q + r * d, d, kt + j * d, s + r * ld_s + j, ld_s, scale);
+    /* Panel outer: one Qᵀ panel (d × 12) stays in L1 while the tile's keys stream past it. */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
+        for (int64_t j = 0; j < keys; j += KEY_BLOCK) {
+            /* past the last key, repeat it: those Sᵀ rows are computed but never used */
+            const double *const k_rows[4] = {
+                k + min_i64(j, keys - 1) * d,     k + min_i64(j + 1, keys - 1) * d,
+                k + min_i64(j + 2, keys - 1) * d, k + min_i64(j + 3, keys - 1) * d,
+            };
+            qk_4x12(k_rows, qt + r0 * d, d, scale, st + j * ld + r0, ld);
+        }
 }
 
-static AVX2_FMA double row_max(const double *s, int64_t count)
+/* The online softmax for 4 queries (one column strip of Sᵀ); see tile_ops.h */
+INLINE_AVX2_FMA void online_softmax_4(double *st, int64_t ld, int64_t keys, double *m, double *l,
+                                      double *alpha)
 {
-    /* max(x, acc) returns acc when x is NaN: NaN never enters the accumulators */
-    __m256d m0 = _mm256_set1_pd(-INFINITY), m1 = m0;
-    int64_t j = 0;
-    for (; j + 8 <= count; j += 8) {
-        m0 = _mm256_max_pd(_mm256_loadu_pd(s + j), m0);
-        m1 = _mm256_max_pd(_mm256_loadu_pd(s + j + 4), m1);
-    }
-    for (; j < count; j += 4) {
-        const __m256i lanes = lanes_below(count - j);
-        const __m256d x = _mm256_blendv_pd(_mm256_set1_pd(-INFINITY), _mm256_maskload_pd(s + j, lanes),
-                                           _mm256_castsi256_pd(lanes));
-        m0 = _mm256_max_pd(x, m0);
-    }
-    return hmax4(_mm256_max_pd(m0, m1));
-}
-
-static AVX2_FMA double exp_row(double *s, int64_t count, double m)
-{
-    const __m256d vm = _mm256_set1_pd(m);
-    __m256d sum0 = _mm256_setzero_pd(), sum1 = sum0;
-    int64_t j = 0;
-    for (; j + 8 <= count; j += 8) {
-        const __m256d p0 = exp4(_mm256_sub_pd(_mm256_loadu_pd(s + j), vm));
-        const __m256d p1 = exp4(_mm256_sub_pd(_mm256_loadu_pd(s + j + 4), vm));
-        _mm256_storeu_pd(s + j, p0);
-        _mm256_storeu_pd(s + j + 4, p1);
-        sum0 = _mm256_add_pd(sum0, p0);
-        sum1 = _mm256_add_pd(sum1, p1);
-    }
-    for (; j < count; j += 4) {
-        const __m256i lanes = lanes_below(count - j);
-        const __m256d p = _mm256_and_pd(exp4(_mm256_sub_pd(_mm256_maskload_pd(s + j, lanes), vm)),
-                                        _mm256_castsi256_pd(lanes));
-        _mm256_maskstore_pd(s + j, lanes, p);
-        sum0 = _mm256_add_pd(sum0, p);
-    }
-    return hsum4(_mm256_add_pd(sum0, sum1));
-}
-
-/* O (4, 4·vecs) = alpha ⊙ O + P (4, keys) · V (keys, 4·vecs), vecs = 2 (4 × 8) or 1 (4 × 4) */
-INLINE_AVX2_FMA void pv_4xn(const double *p, int64_t ld_p, const double *v, int64_t ld_v,
-                            double *o, int64_t ld_o, const double *alpha, int64_t keys, const int vecs)
-{
-    __m256d acc[4][2];
-    for (int r = 0; r < 4; r++) {
-        const __m256d a = _mm256_broadcast_sd(alpha + r);
-        for (int c = 0; c < vecs; c++)
-            acc[r][c] = _mm256_mul_pd(a, _mm256_load_pd(o + r * ld_o + 4 * c));
-    }
+    const __m256d m_old = _mm256_load_pd(m);
+    /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
+    __m256d m_new = m_old;
+    for (int64_t j = 0; j < keys; j++)
+        m_new = _mm256_max_pd(_mm256_load_pd(st + j * ld), m_new);
+    /* While a query has seen only −inf scores, measure from 0, so that its weights are
+       exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
+       in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
+    const __m256d m_ref = _mm256_andnot_pd(_mm256_cmp_pd(m_new, _mm256_set1_pd(-INFINITY), _CMP_EQ_OQ),
+                                          m_new);
+    __m256d sum = _mm256_setzero_pd();
     for (int64_t j = 0; j < keys; j++) {
-        __m256d b[2];
-        for (int c = 0; c < vecs; c++)
-            b[c] = _mm256_load_pd(v + j * ld_v + 4 * c);
-        for (int r = 0; r < 4; r++) {
-            const __m256d w = _mm256_broadcast_sd(p + r * ld_p + j);
-            for (int c = 0; c < vecs; c++)
-                acc[r][c] = _mm256_fmadd_pd(w, b[c], acc[r][c]);
+        const __m256d p = exp4(_mm256_sub_pd(_mm256_load_pd(st + j * ld), m_ref));
+        _mm256_store_pd(st + j * ld, p);
+        sum = _mm256_add_pd(sum, p);
+    }
+    const __m256d a = exp4(_mm256_sub_pd(m_old, m_ref));
+    _mm256_store_pd(alpha, a);
+    _mm256_store_pd(l, _mm256_fmadd_pd(a, _mm256_load_pd(l), sum));
+    _mm256_store_pd(m, m_new);
+}
+
+static AVX2_FMA void online_softmax(double *st, int64_t ld, int64_t keys, int64_t rows_pad,
+                                    double *m, double *l, double *alpha)
+{
+    for (int64_t r = 0; r < rows_pad; r += 4)
+        online_softmax_4(st + r, ld, keys, m + r, l + r, alpha + r);
+}
+
+/* Oᵀ (4, 12) = alpha ⊙ Oᵀ + Vᵀ (4 columns, keys) · Pᵀ panel (keys, 12).
+   All 12 queries see keys [0, shared); keys [shared, most) only reach the lanes whose
+   visible count exceeds them: there the product is masked, since 0 · NaN would be NaN. */
+INLINE_AVX2_FMA void pv_4x12(const double *pt, int64_t ld, const double *const v_cols[4], int64_t d_v,
+                             const int32_t *visible, int64_t shared, int64_t most,
+                             const double *alpha, double *ot)
+{
+    __m256d acc[4][3];
+    for (int c = 0; c < 3; c++) {
+        const __m256d a = _mm256_load_pd(alpha + 4 * c);
+        for (int i = 0; i < 4; i++)
+            acc[i][c] = _mm256_mul_pd(a, _mm256_load_pd(ot + i * ld + 4 * c));
+    }
+    for (int64_t j = 0; j < shared; j++) {
+        const __m256d p0 = _mm256_load_pd(pt + j * ld);
+        const __m256d p1 = _mm256_load_pd(pt + j * ld + 4);
+        const __m256d p2 = _mm256_load_pd(pt + j * ld + 8);
+        for (int i = 0; i < 4; i++) {
+            const __m256d b = _mm256_broadcast_sd(v_cols[i] + j * d_v);
+            acc[i][0] = _mm256_fmadd_pd(p0, b, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_pd(p1, b, acc[i][1]);
+            acc[i][2] = _mm256_fmadd_pd(p2, b, acc[i][2]);
         }
     }
-    for (int r = 0; r < 4; r++)
-        for (int c = 0; c < vecs; c++)
-            _mm256_store_pd(o + r * ld_o + 4 * c, acc[r][c]);
+    for (int64_t j = shared; j < most; j++)
+        for (int c = 0; c < 3; c++) {
+            const __m256d sees = _mm256_castsi256_pd(_mm256_cmpgt_epi64(
+                _mm256_cvtepi32_epi64(_mm_load_si128((const __m128i *)(visible + 4 * c))),
+                _mm256_set1_epi64x(j)));
+            const __m256d p = _mm256_load_pd(pt + j * ld + 4 * c);
+            for (int i = 0; i < 4; i++) {
+                const __m256d pv = _mm256_mul_pd(p, _mm256_broadcast_sd(v_cols[i] + j * d_v));
+                acc[i][c] = _mm256_add_pd(acc[i][c], _mm256_and_pd(pv, sees));
+            }
+        }
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 3; c++)
+            _mm256_store_pd(ot + i * ld + 4 * c, acc[i][c]);
 }
 
-/* o (4·vecs) += p[from:to] · V[from:to] — keys only some rows of a block see (causal diagonal) */
-INLINE_AVX2_FMA void pv_row_extra(const double *p, const double *v, int64_t ld_v, double *o,
-                                  int64_t from, int64_t to, const int vecs)
+static AVX2_FMA void pv_tile(const double *pt, int64_t ld, const int32_t *visible, const double *alpha,
+                             const double *v, int64_t d_v, int64_t rows_pad, double *ot)
 {
-    for (int c = 0; c < vecs; c++) {
-        __m256d acc = _mm256_load_pd(o + 4 * c);
-        for (int64_t j = from; j < to; j++)
-            acc = _mm256_fmadd_pd(_mm256_broadcast_sd(p + j), _mm256_load_pd(v + j * ld_v + 4 * c), acc);
-        _mm256_store_pd(o + 4 * c, acc);
+    /* Panel outer: one Pᵀ panel (keys × 12) stays in L1 while all value columns stream past it. */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
+        int64_t shared = visible[r0], most = visible[r0];
+        for (int64_t r = r0 + 1; r < r0 + QUERY_PANEL; r++) {
+            shared = visible[r] < shared ? visible[r] : shared;
+            most = visible[r] > most ? visible[r] : most;
+        }
+        for (int64_t c = 0; c < d_v; c += COL_BLOCK) {
+            /* past the last column, repeat it: those Oᵀ rows are scratch, never read back */
+            const double *const v_cols[4] = {
+                v + min_i64(c, d_v - 1),     v + min_i64(c + 1, d_v - 1),
+                v + min_i64(c + 2, d_v - 1), v + min_i64(c + 3, d_v - 1),
+            };
+            pv_4x12(pt + r0, ld, v_cols, d_v, visible + r0, shared, most, alpha + r0,
+                    ot + c * ld + r0);
+        }
     }
-}
-
-INLINE_AVX2_FMA void pv_block(const double *p, int64_t ld_p, const int64_t *visible,
-                              const double *alpha, const double *v, int64_t ld_v, double *o,
-                              int64_t ld_o, const int vecs)
-{
-    int64_t shared = visible[0];
-    for (int r = 1; r < 4; r++)
-        shared = visible[r] < shared ? visible[r] : shared;
-    pv_4xn(p, ld_p, v, ld_v, o, ld_o, alpha, shared, vecs);
-    for (int r = 0; r < 4; r++)
-        if (visible[r] > shared)
-            pv_row_extra(p + r * ld_p, v, ld_v, o + r * ld_o, shared, visible[r], vecs);
-}
-
-static AVX2_FMA void pv_tile(const double *p, int64_t ld_p, const int64_t *visible,
-                             const double *alpha, const double *v, double *o,
-                             int64_t rows, int64_t dv_pad)
-{
-    /* Column block outer: a (keys × 8) slice of V stays in L1 while all rows stream past it. */
-    int64_t c = 0;
-    for (; c + 8 <= dv_pad; c += 8)
-        for (int64_t r = 0; r < rows; r += 4)
-            pv_block(p + r * ld_p, ld_p, visible + r, alpha + r, v + c, dv_pad,
-                     o + r * dv_pad + c, dv_pad, 2);
-    if (c < dv_pad)
-        for (int64_t r = 0; r < rows; r += 4)
-            pv_block(p + r * ld_p, ld_p, visible + r, alpha + r, v + c, dv_pad,
-                     o + r * dv_pad + c, dv_pad, 1);
 }
 
 const struct tile_ops_f64 tile_ops_avx2_f64 = {
     .isa = "avx2-fma",
-    .key_panel = KEY_PANEL,
-    .dv_align = DV_ALIGN,
+    .query_panel = QUERY_PANEL,
     .qk_tile = qk_tile,
-    .row_max = row_max,
-    .exp_row = exp_row,
+    .online_softmax = online_softmax,
     .pv_tile = pv_tile,
 };

@@ -35,8 +35,6 @@ from .threads import budget
 
 TILE_Q = 64  # query rows per parallel task
 TILE_K = 64  # keys per step of the online softmax
-BLOCK_ROWS = 4  # the register block of dot_block: 4 x 2 running dot products
-BLOCK_COLS = 2
 
 # No 'nnan'/'ninf': masked scores are -inf and NaN in the inputs must propagate.
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
@@ -94,16 +92,12 @@ def _exp2_overload(t):
 
 
 @njit(fastmath=FASTMATH, cache=True)
-def dot_block(a, b, out, row, col, length, accumulate):
-    """out[row:row+4, col:col+2] (+)= a[row:row+4, :length] @ b[col:col+2, :length]ᵀ.
-
-    a (rows, ≥length), b (cols, ≥length), out (rows, cols).  Eight running dot
-    products stay in registers while the contraction runs over memory that is
-    contiguous in both operands, which LLVM turns into FMA vector loops.
+def dot_4x2(a0, a1, a2, a3, b0, b1, length):
+    """The 4 x 2 dot products a_i[:length] · b_j[:length] of four rows a_i and two
+    rows b_j, returned row by row.  Eight running sums stay in registers while the
+    contraction runs over contiguous memory, which LLVM turns into FMA vector loops.
     """
-    a0, a1, a2, a3 = a[row], a[row + 1], a[row + 2], a[row + 3]
-    b0, b1 = b[col], b[col + 1]
-    zero = out.dtype.type(0.0)
+    zero = a0.dtype.type(0.0)
     s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = zero
     for x in range(length):
         s00 += a0[x] * b0[x]
@@ -114,33 +108,27 @@ def dot_block(a, b, out, row, col, length, accumulate):
         s21 += a2[x] * b1[x]
         s30 += a3[x] * b0[x]
         s31 += a3[x] * b1[x]
-    if accumulate:
-        s00 += out[row, col]
-        s01 += out[row, col + 1]
-        s10 += out[row + 1, col]
-        s11 += out[row + 1, col + 1]
-        s20 += out[row + 2, col]
-        s21 += out[row + 2, col + 1]
-        s30 += out[row + 3, col]
-        s31 += out[row + 3, col + 1]
-    out[row, col] = s00
-    out[row, col + 1] = s01
-    out[row + 1, col] = s10
-    out[row + 1, col + 1] = s11
-    out[row + 2, col] = s20
-    out[row + 2, col + 1] = s21
-    out[row + 3, col] = s30
-    out[row + 3, col + 1] = s31
+    return s00, s01, s10, s11, s20, s21, s30, s31
 
 
 @njit(fastmath=FASTMATH, cache=True)
-def qk_tile(q_tile, k_tile, scores):
-    """scores = q_tile @ k_tileᵀ: q_tile (TILE_Q, d), k_tile (TILE_K, d),
-    scores (TILE_Q, TILE_K)."""
+def qk_tile(q_tile, k, j0, scores):
+    """scores = q_tile @ k[j0 : j0 + TILE_K]ᵀ: q_tile (TILE_Q, d), k (n_k, d) the keys
+    of one head, scores (TILE_Q, TILE_K).  Columns past n_k repeat the last key (their
+    scores are never read), so every block is full."""
     d = q_tile.shape[1]
-    for row in range(0, TILE_Q, BLOCK_ROWS):
-        for col in range(0, TILE_K, BLOCK_COLS):
-            dot_block(q_tile, k_tile, scores, row, col, d, False)
+    last_key = k.shape[0] - 1
+    for col in range(0, TILE_K, 2):
+        # The two key rows stay in L1 while the query tile streams past them.
+        k0 = k[min(j0 + col, last_key)]
+        k1 = k[min(j0 + col + 1, last_key)]
+        for row in range(0, TILE_Q, 4):
+            s00, s01, s10, s11, s20, s21, s30, s31 = dot_4x2(
+                q_tile[row], q_tile[row + 1], q_tile[row + 2], q_tile[row + 3], k0, k1, d)
+            scores[row, col], scores[row, col + 1] = s00, s01
+            scores[row + 1, col], scores[row + 1, col + 1] = s10, s11
+            scores[row + 2, col], scores[row + 2, col + 1] = s20, s21
+            scores[row + 3, col], scores[row + 3, col + 1] = s30, s31
 
 
 @njit(fastmath=FASTMATH, cache=True)
@@ -192,12 +180,22 @@ def pv_tile(p, v_tile_t, n_keys, acc):
     a small weight: 0 * NaN in V must still give NaN.
     """
     width = acc.shape[1]
-    for row in range(0, TILE_Q, BLOCK_ROWS):
+    for row in range(0, TILE_Q, 4):
         shared = n_keys[row]
         if shared > 0:
-            for col in range(0, width, BLOCK_COLS):
-                dot_block(p, v_tile_t, acc, row, col, shared, True)
-        for r in range(row, row + BLOCK_ROWS):
+            p0, p1, p2, p3 = p[row], p[row + 1], p[row + 2], p[row + 3]
+            for col in range(0, width, 2):
+                s00, s01, s10, s11, s20, s21, s30, s31 = dot_4x2(
+                    p0, p1, p2, p3, v_tile_t[col], v_tile_t[col + 1], shared)
+                acc[row, col] += s00
+                acc[row, col + 1] += s01
+                acc[row + 1, col] += s10
+                acc[row + 1, col + 1] += s11
+                acc[row + 2, col] += s20
+                acc[row + 2, col + 1] += s21
+                acc[row + 3, col] += s30
+                acc[row + 3, col + 1] += s31
+        for r in range(row, row + 4):
             acc_row = acc[r]
             for j in range(shared, n_keys[r]):
                 weight = p[r, j]
@@ -206,17 +204,12 @@ def pv_tile(p, v_tile_t, n_keys, acc):
 
 
 @njit(fastmath=FASTMATH, cache=True)
-def pack_tiles(k, v, j0, n_valid, k_tile, v_tile_t):
-    """Copy keys j0 .. j0+n_valid into k_tile (TILE_K, d) and their values transposed
-    into v_tile_t (d_v rounded up to 2, TILE_K), zero padded, so that both products
-    contract over contiguous memory."""
-    d, d_v = k.shape[1], v.shape[1]
-    k_tile[:] = 0
+def pack_values(v, j0, n_valid, v_tile_t):
+    """v_tile_t (d_v rounded up to 2, TILE_K) = v[j0 : j0 + n_valid]ᵀ, zero padded, so
+    that P @ V contracts over contiguous memory."""
     v_tile_t[:] = 0
     for j in range(n_valid):
-        for c in range(d):
-            k_tile[j, c] = k[j0 + j, c]
-        for c in range(d_v):
+        for c in range(v.shape[1]):
             v_tile_t[c, j] = v[j0 + j, c]
 
 
@@ -232,52 +225,60 @@ def task_order(task, n_heads, n_query_tiles, causal):
     return head, tile
 
 
+@njit(fastmath=FASTMATH, cache=True)
+def attend_query_tile(q, k, v, out, i0, offset, q_sign, log2_scale):
+    """out[i0 : i0 + TILE_Q] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
+    out (n_q, d_v).  Query i sees keys j < i + 1 + offset.  All scratch is tile-sized."""
+    n_q, d = q.shape
+    n_k, d_v = v.shape
+    width = d_v + d_v % 2  # pv_tile works on pairs of value columns
+    dtype = q.dtype
+    n_rows = min(TILE_Q, n_q - i0)
+    q_tile = np.zeros((TILE_Q, d), dtype)
+    v_tile_t = np.empty((width, TILE_K), dtype)
+    scores = np.empty((TILE_Q, TILE_K), dtype)
+    acc = np.zeros((TILE_Q, width), dtype)
+    m = np.full(TILE_Q, -np.inf, dtype)
+    l = np.zeros(TILE_Q, dtype)
+    n_keys = np.empty(TILE_Q, np.int64)
+    for r in range(n_rows):
+        for c in range(d):
+            q_tile[r, c] = q[i0 + r, c] * q_sign
+    # Key tiles past the last row's horizon are never visited (causal skipping).
+    keys_seen_by_last = min(n_k, max(0, i0 + n_rows + offset))
+    for j0 in range(0, keys_seen_by_last, TILE_K):
+        n_valid = min(TILE_K, n_k - j0)
+        # Padding rows past n_q follow the same formula, which keeps n_keys sorted.
+        for r in range(TILE_Q):
+            n_keys[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
+        qk_tile(q_tile, k, j0, scores)
+        pack_values(v, j0, n_valid, v_tile_t)
+        online_softmax(scores, n_keys, log2_scale, m, l, acc)
+        pv_tile(scores, v_tile_t, n_keys, acc)
+    for r in range(n_rows):
+        # A row that sees no key has acc = 0 and gets zeros; one whose scores
+        # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
+        sees_a_key = i0 + r + 1 + offset > 0
+        inv_l = 1 / l[r] if sees_a_key else dtype.type(0.0)
+        for c in range(d_v):
+            out[i0 + r, c] = acc[r, c] * inv_l
+
+
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def attention(q, k, v, out, causal, scale):
     """out = softmax(scale · q kᵀ) v; q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v),
-    out (B, n_q, d_v)."""
-    n_heads, n_q, d = q.shape
-    n_k, d_v = k.shape[1], v.shape[2]
-    width = d_v + d_v % BLOCK_COLS
+    out (B, n_q, d_v).  One parallel task per (head, query tile)."""
+    n_heads, n_q = q.shape[0], q.shape[1]
+    n_k = k.shape[1]
     offset = n_k - n_q if causal else n_k  # query i sees keys j < i + 1 + offset
     n_query_tiles = (n_q + TILE_Q - 1) // TILE_Q
-    dtype = q.dtype
     # The running max is taken over unscaled scores, so a negative scale is moved
     # into the (exact) sign of q.
-    q_sign = dtype.type(-1.0 if scale < 0 else 1.0)
-    log2_scale = dtype.type(abs(scale) * LOG2_E)
+    q_sign = q.dtype.type(-1.0 if scale < 0 else 1.0)
+    log2_scale = q.dtype.type(abs(scale) * LOG2_E)
     for task in prange(n_heads * n_query_tiles):
         head, tile = task_order(task, n_heads, n_query_tiles, causal)
-        i0 = tile * TILE_Q
-        n_rows = min(TILE_Q, n_q - i0)
-        q_tile = np.zeros((TILE_Q, d), dtype)
-        k_tile = np.empty((TILE_K, d), dtype)
-        v_tile_t = np.empty((width, TILE_K), dtype)
-        scores = np.empty((TILE_Q, TILE_K), dtype)
-        acc = np.zeros((TILE_Q, width), dtype)
-        m = np.full(TILE_Q, -np.inf, dtype)
-        l = np.zeros(TILE_Q, dtype)
-        n_keys = np.empty(TILE_Q, np.int64)
-        for r in range(n_rows):
-            for c in range(d):
-                q_tile[r, c] = q[head, i0 + r, c] * q_sign
-        keys_seen_by_last = min(n_k, max(0, i0 + n_rows + offset))
-        for j0 in range(0, keys_seen_by_last, TILE_K):
-            n_valid = min(TILE_K, n_k - j0)
-            # Padding rows past n_q follow the same formula, which keeps n_keys sorted.
-            for r in range(TILE_Q):
-                n_keys[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
-            pack_tiles(k[head], v[head], j0, n_valid, k_tile, v_tile_t)
-            qk_tile(q_tile, k_tile, scores)
-            online_softmax(scores, n_keys, log2_scale, m, l, acc)
-            pv_tile(scores, v_tile_t, n_keys, acc)
-        for r in range(n_rows):
-            # A row that sees no key has acc = 0 and gets zeros; one whose scores
-            # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
-            sees_a_key = i0 + r + 1 + offset > 0
-            inv_l = 1 / l[r] if sees_a_key else dtype.type(0.0)
-            for c in range(d_v):
-                out[head, i0 + r, c] = acc[r, c] * inv_l
+        attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, offset, q_sign, log2_scale)
 
 
 def run(q, k, v, out, causal, scale):

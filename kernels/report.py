@@ -94,6 +94,8 @@ class Table:
     rows: list
 
     def markdown(self):
+        if not self.rows:
+            return "n/a: the benchmarks behind this table are not in the results."
         header = [column.title for column in self.columns]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for row in self.rows:
@@ -134,6 +136,10 @@ def fmt_count(value):
 
 def fmt_exponent(value):
     return f"{value:.2f}"
+
+
+def fmt_number(value):
+    return f"{value:.3g}"
 
 
 def kernels_in(run, *benchmarks):
@@ -278,7 +284,7 @@ def threads_table(run):
         rows.append([kernel, single, parallel, speedup, ratio(speedup, every)])
     return Table("thread_scaling", (
         Column("kernel", "kernel"), Column("gflops_one_thread", "GFLOP/s, 1 thread", fmt_gflops),
-        Column("gflops_all_threads", f"GFLOP/s, {fmt_count(every)} threads", fmt_gflops),
+        Column("gflops_all_threads", f"GFLOP/s, {_text(every, fmt_count)} threads", fmt_gflops),
         Column("speedup", "speed-up", fmt_ratio),
         Column("efficiency", "per thread", fmt_percent)), rows)
 
@@ -336,10 +342,6 @@ class Goal:
         return "yes" if (self.measured >= self.target) == self.at_least else "no"
 
 
-def fmt_number(value):
-    return f"{value:.3g}"
-
-
 def goals_table(run):
     """The project's targets against what was measured; n/a where the data is missing."""
     one, every = thread_counts(run)
@@ -395,7 +397,7 @@ def fit_all(run):
 def out_of_memory(run, fits):
     """For each materialising kernel and dtype: (fitted n at RAM or NaN, exact largest n)."""
     ram = run.ram_bytes
-    return {(kernel, dtype): (fit.solve(ram) if fit else math.nan,
+    return {(kernel, dtype): (fit.solve(ram) if fit and fit.b > 0 else math.nan,
                               analysis.largest_fitting_seq_len(kernel, ITEMSIZE[dtype], ram))
             for (quantity, dtype, kernel), fit in fits.items()
             if quantity == MEMORY and analysis.materialises(kernel) and not _missing(ram)}
@@ -454,7 +456,7 @@ def _seq_len_axis(ax, low, high):
     """Log base-2 x axis from low to high with power-of-two ticks labelled 256, 1k, 64k."""
     ax.set_xscale("log", base=2)
     powers = [2 ** p for p in range(int(math.floor(math.log2(low))), int(math.ceil(math.log2(high))) + 1)]
-    ticks = powers if len(powers) <= 10 else powers[::2]
+    ticks = powers[::math.ceil(len(powers) / 10)]  # at most ten labels
     ax.set_xticks(ticks, [f"{n // 1024}k" if n >= 1024 else str(n) for n in ticks])
     ax.set_xlabel("sequence length n (tokens; log scale, k = 1024)")
 
@@ -464,7 +466,8 @@ def _draw_kernels(ax, run, benchmark, dtype, styles, label, to_y=lambda seq_len,
     drawn = []
     for kernel in kernels_in(run, benchmark):
         seq_lens, values = seq_len_series(run, benchmark, kernel, dtype)
-        y = [to_y(n, v) for n, v in zip(seq_lens, values)]
+        # every axis here is logarithmic: a zero is a gap, like a missing value
+        y = [math.nan if _missing(v) or v <= 0 else to_y(n, v) for n, v in zip(seq_lens, values)]
         if all(_missing(v) for v in y):
             continue
         ax.plot(seq_lens, y, label=label(kernel), **styles[kernel])
@@ -588,7 +591,7 @@ def library_versions():
 def header(run):
     machine = run.machine
     budget = run.value(THREAD_BUDGET)
-    ceiling = ", ".join(f"{gemm} {_text(run.value(benchmark), fmt_gflops)} GFLOP/s"
+    ceiling = ", ".join(f"{gemm} {_text(run.value(benchmark), lambda v: f'{v:.1f} GFLOP/s')}"
                         for gemm, benchmark in GEMM.values())
     return "\n".join([
         f"- **Measured:** commit `{run.commit_hash}`, {run.date:%Y-%m-%d %H:%M} UTC, asv environment "
@@ -596,12 +599,12 @@ def header(run):
         f"- **Machine:** {machine.get('machine', '?')}: {machine.get('cpu', '?')}, "
         f"{machine.get('num_cpu', '?')} CPUs, {ram_text(run)} RAM, {machine.get('os', '?')} "
         f"({machine.get('arch', '?')}).",
-        f"- **Thread budget:** {_text(budget, lambda v: f'{v:.0f}')} threads for every kernel "
+        f"- **Thread budget:** {_text(budget, lambda v: f'{v:.0f} threads')} for every kernel "
         "(BLAS, Numba and OpenMP alike).",
         f"- **Ceiling, measured in the same run:** {ceiling} (installed BLAS); memory bandwidth "
-        f"{_text(run.value(BANDWIDTH), lambda v: f'{v:.1f}')} GB/s.",
-        f"- **Versions:** Python {machine.get('python', '?')} (from the results); {library_versions()} "
-        "(read with importlib.metadata from the environment that wrote this report).",
+        f"{_text(run.value(BANDWIDTH), lambda v: f'{v:.1f} GB/s')}.",
+        f"- **Versions:** {library_versions()} (read with importlib.metadata from the environment "
+        f"that wrote this report); Python `{machine.get('python', '?')}` (from the results).",
     ])
 
 
@@ -610,7 +613,7 @@ def out_of_memory_text(run, fits):
     lines = []
     for (kernel, dtype), (fitted_n, exact_n) in out_of_memory(run, fits).items():
         if _missing(fitted_n):
-            fitted = "too few points to fit"
+            fitted = "no fit that grows with n"
         else:
             need = KERNELS[kernel].workspace_bytes(1, round(fitted_n), round(fitted_n), HEAD_DIM,
                                                    HEAD_DIM, ITEMSIZE[dtype], False)

@@ -18,7 +18,8 @@ from .threads import budget
 
 
 def run(q, k, v, out, causal, scale):
-    torch.set_num_threads(budget())
+    if torch.get_num_threads() != budget():  # resizing the pool is not free: only on change
+        torch.set_num_threads(budget())
     n_q, n_k = q.shape[1], k.shape[1]
     with warnings.catch_warnings():
         # read-only inputs are fine: PyTorch only reads them (out is a fresh tensor)
