@@ -85,17 +85,20 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define SUFFIX(name) name##_f32
 #define QUERY_TILE ATTN_F32_QUERY_TILE
 #define KEY_TILE ATTN_F32_KEY_TILE
+#define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)   /* Sᵀ rows per panel */
 #define ACTIVE_OPS ops_f32
 #include "flash_driver.inc"
 #undef real
 #undef SUFFIX
 #undef QUERY_TILE
 #undef KEY_TILE
+#undef KEY_CAP
 #undef ACTIVE_OPS
 
 #define real double
 #define SUFFIX(name) name##_f64
 #define QUERY_TILE ATTN_F64_QUERY_TILE
 #define KEY_TILE ATTN_F64_KEY_TILE
+#define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)
 #define ACTIVE_OPS ops_f64
 #include "flash_driver.inc"

@@ -4,13 +4,16 @@
    Tiles are held query-minor ("transposed"), so that SIMD lanes run over queries: the
    softmax statistics of 8 (or 4) queries then live in one vector and need no horizontal
    reductions, and K and V are read straight from the inputs, never packed:
-     qt (rows_pad / query_panel, d, query_panel)   Qᵀ of the query tile in panels;
-                                                   padding queries are zero
-     st (keys, ld)          Sᵀ: scores, overwritten in place by the probabilities Pᵀ
-     ot (dv_pad, ld)        Oᵀ: unnormalised output accumulator, dv_pad = d_v rounded up to
-                            COL_BLOCK (extra rows are scratch and never read back)
-     m, l, alpha (ld)       per query: running max, running sum, this tile's rescale factor
-   rows_pad is a multiple of query_panel and ld >= rows_pad. visible[r] is how many leading
+     qt (rows_pad / query_panel, d, query_panel)        Qᵀ of the query tile in panels;
+                                                        padding queries are zero
+     st (rows_pad / query_panel, key_cap, query_panel)  Sᵀ: scores, overwritten in place by
+                                                        the probabilities Pᵀ
+     ot (rows_pad / query_panel, dv_pad, query_panel)   Oᵀ: unnormalised output accumulator;
+                                                        dv_pad = d_v rounded up to COL_BLOCK
+                                                        (extra rows are scratch, never read)
+     m, l, alpha (rows_pad)   per query: running max, running sum, this tile's rescale factor
+   Each panel is contiguous, so a micro-kernel walks its operand linearly. rows_pad is a
+   multiple of query_panel; key_cap >= keys rounded up to KEY_BLOCK. visible[r] is how many leading
    keys of the tile query r sees: all of them except on the causal diagonal. Keys beyond it
    must not touch row r, not even with weight 0, so that a NaN or Inf in a masked key's value
    cannot leak into the row; the driver has already set those scores to −inf. */
@@ -27,13 +30,13 @@ struct tile_ops_f32 {
     int64_t query_panel;
     /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ */
     void (*qk_tile)(const float *k, int64_t keys, const float *qt, int64_t rows_pad, int64_t d,
-                    float scale, float *st, int64_t ld);
+                    float scale, float *st, int64_t key_cap);
     /* per query: m_new = max(m, column max of Sᵀ), Pᵀ = exp(Sᵀ − m_new),
        alpha = exp(m − m_new), l = alpha · l + column sum of Pᵀ, m = m_new */
-    void (*online_softmax)(float *st, int64_t ld, int64_t keys, int64_t rows_pad,
+    void (*online_softmax)(float *st, int64_t key_cap, int64_t keys, int64_t rows_pad,
                            float *m, float *l, float *alpha);
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ, query r summing over its first visible[r] keys */
-    void (*pv_tile)(const float *pt, int64_t ld, const int32_t *visible, const float *alpha,
+    void (*pv_tile)(const float *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
                     const float *v, int64_t d_v, int64_t rows_pad, float *ot);
 };
 
@@ -41,10 +44,10 @@ struct tile_ops_f64 {
     const char *isa;
     int64_t query_panel;
     void (*qk_tile)(const double *k, int64_t keys, const double *qt, int64_t rows_pad, int64_t d,
-                    double scale, double *st, int64_t ld);
-    void (*online_softmax)(double *st, int64_t ld, int64_t keys, int64_t rows_pad,
+                    double scale, double *st, int64_t key_cap);
+    void (*online_softmax)(double *st, int64_t key_cap, int64_t keys, int64_t rows_pad,
                            double *m, double *l, double *alpha);
-    void (*pv_tile)(const double *pt, int64_t ld, const int32_t *visible, const double *alpha,
+    void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
                     const double *v, int64_t d_v, int64_t rows_pad, double *ot);
 };
 

@@ -43,7 +43,7 @@ INLINE_AVX2_FMA __m256d exp4(__m256d x)
 
 /* Sᵀ (4, 12) = scale · K (4 rows, d) · Qᵀ panel (d, 12); per step 3 loads, 4 broadcasts, 12 FMAs */
 INLINE_AVX2_FMA void qk_4x12(const double *const k_rows[4], const double *qt, int64_t d, double scale,
-                             double *st, int64_t ld)
+                             double *st)
 {
     __m256d acc[4][3];
     for (int i = 0; i < 4; i++)
@@ -63,11 +63,11 @@ INLINE_AVX2_FMA void qk_4x12(const double *const k_rows[4], const double *qt, in
     const __m256d vscale = _mm256_set1_pd(scale);
     for (int i = 0; i < 4; i++)
         for (int c = 0; c < 3; c++)
-            _mm256_store_pd(st + i * ld + 4 * c, _mm256_mul_pd(vscale, acc[i][c]));
+            _mm256_store_pd(st + i * QUERY_PANEL + 4 * c, _mm256_mul_pd(vscale, acc[i][c]));
 }
 
 static AVX2_FMA void qk_tile(const double *k, int64_t keys, const double *qt, int64_t rows_pad,
-                             int64_t d, double scale, double *st, int64_t ld)
+                             int64_t d, double scale, double *st, int64_t key_cap)
 {
     /* Panel outer: one Qᵀ panel (d × 12) stays in L1 while the tile's keys stream past it. */
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
@@ -77,19 +77,20 @@ static AVX2_FMA void qk_tile(const double *k, int64_t keys, const double *qt, in
                 k + min_i64(j, keys - 1) * d,     k + min_i64(j + 1, keys - 1) * d,
                 k + min_i64(j + 2, keys - 1) * d, k + min_i64(j + 3, keys - 1) * d,
             };
-            qk_4x12(k_rows, qt + r0 * d, d, scale, st + j * ld + r0, ld);
+            qk_4x12(k_rows, qt + r0 * d, d, scale,
+                     st + r0 * key_cap + j * QUERY_PANEL);
         }
 }
 
 /* The online softmax for 4 queries (one column strip of Sᵀ); see tile_ops.h */
-INLINE_AVX2_FMA void online_softmax_4(double *st, int64_t ld, int64_t keys, double *m, double *l,
+INLINE_AVX2_FMA void online_softmax_4(double *st, int64_t keys, double *m, double *l,
                                       double *alpha)
 {
     const __m256d m_old = _mm256_load_pd(m);
     /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
     __m256d m_new = m_old;
     for (int64_t j = 0; j < keys; j++)
-        m_new = _mm256_max_pd(_mm256_load_pd(st + j * ld), m_new);
+        m_new = _mm256_max_pd(_mm256_load_pd(st + j * QUERY_PANEL), m_new);
     /* While a query has seen only −inf scores, measure from 0, so that its weights are
        exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
        in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
@@ -97,8 +98,8 @@ INLINE_AVX2_FMA void online_softmax_4(double *st, int64_t ld, int64_t keys, doub
                                           m_new);
     __m256d sum = _mm256_setzero_pd();
     for (int64_t j = 0; j < keys; j++) {
-        const __m256d p = exp4(_mm256_sub_pd(_mm256_load_pd(st + j * ld), m_ref));
-        _mm256_store_pd(st + j * ld, p);
+        const __m256d p = exp4(_mm256_sub_pd(_mm256_load_pd(st + j * QUERY_PANEL), m_ref));
+        _mm256_store_pd(st + j * QUERY_PANEL, p);
         sum = _mm256_add_pd(sum, p);
     }
     const __m256d a = exp4(_mm256_sub_pd(m_old, m_ref));
@@ -107,17 +108,18 @@ INLINE_AVX2_FMA void online_softmax_4(double *st, int64_t ld, int64_t keys, doub
     _mm256_store_pd(m, m_new);
 }
 
-static AVX2_FMA void online_softmax(double *st, int64_t ld, int64_t keys, int64_t rows_pad,
+static AVX2_FMA void online_softmax(double *st, int64_t key_cap, int64_t keys, int64_t rows_pad,
                                     double *m, double *l, double *alpha)
 {
-    for (int64_t r = 0; r < rows_pad; r += 4)
-        online_softmax_4(st + r, ld, keys, m + r, l + r, alpha + r);
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
+        for (int64_t r = r0; r < r0 + QUERY_PANEL; r += 4)
+            online_softmax_4(st + r0 * key_cap + (r - r0), keys, m + r, l + r, alpha + r);
 }
 
 /* Oᵀ (4, 12) = alpha ⊙ Oᵀ + Vᵀ (4 columns, keys) · Pᵀ panel (keys, 12).
    All 12 queries see keys [0, shared); keys [shared, most) only reach the lanes whose
    visible count exceeds them: there the product is masked, since 0 · NaN would be NaN. */
-INLINE_AVX2_FMA void pv_4x12(const double *pt, int64_t ld, const double *const v_cols[4], int64_t d_v,
+INLINE_AVX2_FMA void pv_4x12(const double *pt, const double *const v_cols[4], int64_t d_v,
                              const int32_t *visible, int64_t shared, int64_t most,
                              const double *alpha, double *ot)
 {
@@ -125,12 +127,12 @@ INLINE_AVX2_FMA void pv_4x12(const double *pt, int64_t ld, const double *const v
     for (int c = 0; c < 3; c++) {
         const __m256d a = _mm256_load_pd(alpha + 4 * c);
         for (int i = 0; i < 4; i++)
-            acc[i][c] = _mm256_mul_pd(a, _mm256_load_pd(ot + i * ld + 4 * c));
+            acc[i][c] = _mm256_mul_pd(a, _mm256_load_pd(ot + i * QUERY_PANEL + 4 * c));
     }
     for (int64_t j = 0; j < shared; j++) {
-        const __m256d p0 = _mm256_load_pd(pt + j * ld);
-        const __m256d p1 = _mm256_load_pd(pt + j * ld + 4);
-        const __m256d p2 = _mm256_load_pd(pt + j * ld + 8);
+        const __m256d p0 = _mm256_load_pd(pt + j * QUERY_PANEL);
+        const __m256d p1 = _mm256_load_pd(pt + j * QUERY_PANEL + 4);
+        const __m256d p2 = _mm256_load_pd(pt + j * QUERY_PANEL + 8);
         for (int i = 0; i < 4; i++) {
             const __m256d b = _mm256_broadcast_sd(v_cols[i] + j * d_v);
             acc[i][0] = _mm256_fmadd_pd(p0, b, acc[i][0]);
@@ -143,7 +145,7 @@ INLINE_AVX2_FMA void pv_4x12(const double *pt, int64_t ld, const double *const v
             const __m256d sees = _mm256_castsi256_pd(_mm256_cmpgt_epi64(
                 _mm256_cvtepi32_epi64(_mm_load_si128((const __m128i *)(visible + 4 * c))),
                 _mm256_set1_epi64x(j)));
-            const __m256d p = _mm256_load_pd(pt + j * ld + 4 * c);
+            const __m256d p = _mm256_load_pd(pt + j * QUERY_PANEL + 4 * c);
             for (int i = 0; i < 4; i++) {
                 const __m256d pv = _mm256_mul_pd(p, _mm256_broadcast_sd(v_cols[i] + j * d_v));
                 acc[i][c] = _mm256_add_pd(acc[i][c], _mm256_and_pd(pv, sees));
@@ -151,12 +153,14 @@ INLINE_AVX2_FMA void pv_4x12(const double *pt, int64_t ld, const double *const v
         }
     for (int i = 0; i < 4; i++)
         for (int c = 0; c < 3; c++)
-            _mm256_store_pd(ot + i * ld + 4 * c, acc[i][c]);
+            _mm256_store_pd(ot + i * QUERY_PANEL + 4 * c, acc[i][c]);
 }
 
-static AVX2_FMA void pv_tile(const double *pt, int64_t ld, const int32_t *visible, const double *alpha,
-                             const double *v, int64_t d_v, int64_t rows_pad, double *ot)
+static AVX2_FMA void pv_tile(const double *pt, int64_t key_cap, const int32_t *visible,
+                             const double *alpha, const double *v, int64_t d_v, int64_t rows_pad,
+                             double *ot)
 {
+    const int64_t dv_pad = (d_v + COL_BLOCK - 1) / COL_BLOCK * COL_BLOCK;
     /* Panel outer: one Pᵀ panel (keys × 12) stays in L1 while all value columns stream past it. */
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
         int64_t shared = visible[r0], most = visible[r0];
@@ -170,8 +174,8 @@ static AVX2_FMA void pv_tile(const double *pt, int64_t ld, const int32_t *visibl
                 v + min_i64(c, d_v - 1),     v + min_i64(c + 1, d_v - 1),
                 v + min_i64(c + 2, d_v - 1), v + min_i64(c + 3, d_v - 1),
             };
-            pv_4x12(pt + r0, ld, v_cols, d_v, visible + r0, shared, most, alpha + r0,
-                    ot + c * ld + r0);
+            pv_4x12(pt + r0 * key_cap, v_cols, d_v, visible + r0, shared, most,
+                    alpha + r0, ot + r0 * dv_pad + c * QUERY_PANEL);
         }
     }
 }

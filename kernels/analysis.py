@@ -15,6 +15,7 @@ import math
 import pathlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Optional
 
 import numpy as np
 
@@ -41,7 +42,8 @@ class Run:
     """The results of one ``asv run``: which commit, when, where, and every record."""
 
     commit_hash: str
-    date: datetime
+    date: datetime                   # the commit's date: asv orders runs by it
+    measured_at: Optional[datetime]  # when the last benchmark of the run started
     env_name: str
     machine: dict
     path: pathlib.Path
@@ -85,12 +87,28 @@ def load_latest_run(results_dir):
     newest, path = max(zip(runs, paths), key=lambda pair: pair[0].get("date", 0))
     return Run(
         commit_hash=newest["commit_hash"],
-        date=datetime.fromtimestamp(newest["date"] / 1000, tz=timezone.utc),
+        date=_datetime(newest["date"]),
+        measured_at=_last_started(newest),
         env_name=newest.get("env_name", ""),
         machine=_machine(path.parent, newest),
         path=path,
         records=tuple(_records(newest, _param_names(results_dir))),
     )
+
+
+def _datetime(milliseconds):
+    """asv's timestamps are milliseconds since the epoch, UTC."""
+    return datetime.fromtimestamp(milliseconds / 1000, tz=timezone.utc)
+
+
+def _last_started(results):
+    """The latest of asv's per-benchmark start times; None when the file has none."""
+    columns = results["result_columns"]
+    if "started_at" not in columns:
+        return None
+    column = columns.index("started_at")
+    starts = [row[column] for row in results["results"].values() if len(row) > column and row[column]]
+    return _datetime(max(starts)) if starts else None
 
 
 def _machine(machine_dir, results):

@@ -89,7 +89,7 @@ def cmd_report(args):
 
     try:
         path = write_report(args.results, args.out)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:  # no results, or a malformed file
         print(f"attnbench report: {error}", file=sys.stderr)
         return 1
     print(f"wrote {path}")

@@ -462,7 +462,7 @@ def _seq_len_axis(ax, low, high):
 
 
 def _draw_kernels(ax, run, benchmark, dtype, styles, label, to_y=lambda seq_len, value: value):
-    """One line per kernel with data in this dtype (NaN leaves a gap); the n range drawn."""
+    """One line per kernel with data in this dtype (NaN leaves a gap); the n drawn."""
     drawn = []
     for kernel in kernels_in(run, benchmark):
         seq_lens, values = seq_len_series(run, benchmark, kernel, dtype)
@@ -472,9 +472,13 @@ def _draw_kernels(ax, run, benchmark, dtype, styles, label, to_y=lambda seq_len,
             continue
         ax.plot(seq_lens, y, label=label(kernel), **styles[kernel])
         drawn += [n for n, v in zip(seq_lens, y) if not _missing(v)]
-    if not drawn:
-        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center")
     return drawn
+
+
+def _no_data(ax, dtype):
+    ax.set_title(dtype)
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, "no data in these results", transform=ax.transAxes, ha="center")
 
 
 def _finish(ax, dtype, ylabel):
@@ -492,10 +496,12 @@ def plot_time(run, fits, path):
     for dtype, ax in zip(DTYPES, axes):
         drawn = _draw_kernels(ax, run, SEQ_LEN_TIME, dtype, styles,
                               lambda kernel: fit_label(kernel, fits[TIME, dtype, kernel]))
-        if drawn:
-            _draw_n_squared_guide(ax, run, dtype, min(drawn), max(drawn))
-            _seq_len_axis(ax, min(drawn), max(drawn))
-            ax.set_yscale("log")
+        if not drawn:
+            _no_data(ax, dtype)
+            continue
+        _draw_n_squared_guide(ax, run, dtype, min(drawn), max(drawn))
+        _seq_len_axis(ax, min(drawn), max(drawn))
+        ax.set_yscale("log")
         _finish(ax, dtype, "time per call (seconds, log scale)")
     _save(fig, path)
 
@@ -530,15 +536,18 @@ def plot_memory(run, fits, path):
     for dtype, ax in zip(DTYPES, axes):
         drawn = _draw_kernels(ax, run, SEQ_LEN_MEMORY, dtype, styles,
                               lambda kernel: fit_label(kernel, fits[MEMORY, dtype, kernel]))
+        if not drawn:
+            _no_data(ax, dtype)
+            continue
+        _bytes_axis(ax)
         if not _missing(run.ram_bytes):
             ax.axhline(run.ram_bytes, color="black", linewidth=1, label=f"RAM {ram_text(run)}")
+            ax.set_ylim(top=run.ram_bytes * 16)  # room above the RAM line for the labels
         for (kernel, wall_dtype), (fitted_n, _) in walls.items():
             if wall_dtype == dtype and not _missing(fitted_n):
                 _draw_wall(ax, fits[MEMORY, dtype, kernel], fitted_n, run.ram_bytes, kernel, styles)
                 drawn.append(fitted_n)
-        if drawn:
-            _seq_len_axis(ax, min(drawn), max(drawn))
-            _bytes_axis(ax)
+        _seq_len_axis(ax, min(drawn), max(drawn))
         _finish(ax, dtype, "peak extra memory per call (bytes, log scale)")
     _save(fig, path)
 
@@ -549,8 +558,9 @@ def _draw_wall(ax, fit, fitted_n, ram_bytes, kernel, styles):
     colour = styles[kernel]["color"]
     ax.plot(seq_lens, fit(seq_lens), color=colour, linestyle=":", linewidth=1)
     ax.plot([fitted_n], [ram_bytes], marker="X", markersize=10, color=colour, linestyle="none")
-    ax.annotate(f"{kernel}: out of memory\nat n ≈ {fitted_n:,.0f}", (fitted_n, ram_bytes),
-                textcoords="offset points", xytext=(-12, -36), ha="right", fontsize=8, color=colour)
+    ax.annotate(f"{kernel}: out of memory at n ≈ {fitted_n:,.0f}", (fitted_n, ram_bytes),
+                textcoords="offset points", xytext=(-10, 6), ha="right", va="bottom", fontsize=8,
+                color=colour)
 
 
 def plot_throughput(run, path):
@@ -560,14 +570,16 @@ def plot_throughput(run, path):
     for dtype, ax in zip(DTYPES, axes):
         drawn = _draw_kernels(ax, run, SEQ_LEN_TIME, dtype, styles, kernel_label,
                               to_y=lambda seq_len, seconds: gflops(seconds, seq_len))
+        if not drawn:
+            _no_data(ax, dtype)
+            continue
         gemm, benchmark = GEMM[dtype]
         ceiling = run.value(benchmark)
         if not _missing(ceiling):
             ax.axhline(ceiling, color="black", linestyle="-.", linewidth=1,
                        label=f"{gemm} of the installed BLAS: {ceiling:.1f} GFLOP/s")
-        if drawn:
-            _seq_len_axis(ax, min(drawn), max(drawn))
-            ax.set_yscale("log")
+        _seq_len_axis(ax, min(drawn), max(drawn))
+        ax.set_yscale("log")
         _finish(ax, dtype, "GFLOP/s (4·n²·d flops per call ÷ time; log scale)")
     _save(fig, path)
 
@@ -594,7 +606,8 @@ def header(run):
     ceiling = ", ".join(f"{gemm} {_text(run.value(benchmark), lambda v: f'{v:.1f} GFLOP/s')}"
                         for gemm, benchmark in GEMM.values())
     return "\n".join([
-        f"- **Measured:** commit `{run.commit_hash}`, {run.date:%Y-%m-%d %H:%M} UTC, asv environment "
+        f"- **Measured:** commit `{run.commit_hash}` (committed {run.date:%Y-%m-%d %H:%M} UTC), "
+        f"last benchmark started {_text(run.measured_at, lambda t: f'{t:%Y-%m-%d %H:%M} UTC')}; asv environment "
         f"`{run.env_name}` (results file `{run.path.parent.name}/{run.path.name}`).",
         f"- **Machine:** {machine.get('machine', '?')}: {machine.get('cpu', '?')}, "
         f"{machine.get('num_cpu', '?')} CPUs, {ram_text(run)} RAM, {machine.get('os', '?')} "

@@ -75,7 +75,7 @@ def test_writes_the_report_plots_and_csvs(report_dir, report):
 def test_header_names_the_newest_run_and_its_machine(report):
     header = report[:report.index("\n## ")]
     assert NEWEST_COMMIT in header and OLDER_COMMIT not in report
-    assert "2025-01-01" in header
+    assert "committed 2025-01-01 12:00 UTC), last benchmark started 2025-01-01 13:00 UTC" in header
     assert "Synthetic CPU @ 3.00GHz, 4 CPUs, 16.0 GiB RAM, Linux 6.1.0" in header
     assert "Thread budget:** 4 threads" in header
     assert "sgemm 125.0 GFLOP/s, dgemm 62.5 GFLOP/s" in header  # not the older run's 999
