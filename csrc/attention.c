@@ -1,8 +1,15 @@
 /* attnbench C kernel: public entry points, SIMD path selection, and the two instances
    (float, double) of the tiled online-softmax driver in flash_driver.inc.
 
-   Tile sizes (rows of Q × keys of K per tile, per thread) and why:
-     TODO filled in by the sweep */
+   Tile sizes (query rows × keys per tile, per thread). Swept with benchmarks/sweep_tiles.py (1 thread,
+   n = 4096, d = 64, GFLOP/s full/causal, best of 8 shuffled rounds on a shared 2-core Zen 3
+   VM, so differences below ~3% are noise):
+     float32  192×128 69.8/66.9  192×256 72.3/68.3  264×64 69.9/66.4  264×128 71.9/68.0
+              264×256 72.4/68.8;  (4 rounds) query tiles of 96-144 rows: 55-68
+     float64  96×256 25.7/28.1   192×128 26.9/27.4  264×64 28.8/29.7  264×128 30.3/29.8
+              264×256 30.4/28.9
+   Large query tiles win: each K and V row read from memory serves more queries. The key
+   tile matters little; 128 keeps the score tile (264 × 128) at 135 KB (f32) in L2. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,16 +18,16 @@
 #include "tile_ops.h"
 
 #ifndef ATTN_F32_QUERY_TILE
-#define ATTN_F32_QUERY_TILE 256
+#define ATTN_F32_QUERY_TILE 264   /* a multiple of the 24-query panels */
 #endif
 #ifndef ATTN_F32_KEY_TILE
-#define ATTN_F32_KEY_TILE 192
+#define ATTN_F32_KEY_TILE 128
 #endif
 #ifndef ATTN_F64_QUERY_TILE
-#define ATTN_F64_QUERY_TILE 256
+#define ATTN_F64_QUERY_TILE 264
 #endif
 #ifndef ATTN_F64_KEY_TILE
-#define ATTN_F64_KEY_TILE 192
+#define ATTN_F64_KEY_TILE 128
 #endif
 
 #define CACHE_LINE 64
@@ -61,10 +68,15 @@ static int cpu_has_avx2_fma(void)
 
 int attn_select_isa(const char *name)
 {
-    const int avx2 = strcmp(name, "avx2") == 0 || (strcmp(name, "auto") == 0 && cpu_has_avx2_fma());
-    if (avx2 && !cpu_has_avx2_fma())
-        return -1;
-    if (!avx2 && strcmp(name, "generic") != 0 && strcmp(name, "auto") != 0)
+    const int has_avx2 = cpu_has_avx2_fma();
+    int avx2;
+    if (strcmp(name, "auto") == 0)
+        avx2 = has_avx2;
+    else if (strcmp(name, "avx2") == 0 && has_avx2)
+        avx2 = 1;
+    else if (strcmp(name, "generic") == 0)
+        avx2 = 0;
+    else
         return -1;
     ops_f32 = avx2 ? &tile_ops_avx2_f32 : &tile_ops_generic_f32;
     ops_f64 = avx2 ? &tile_ops_avx2_f64 : &tile_ops_generic_f64;

@@ -45,8 +45,9 @@ def header_declarations(header_text):
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
-def make_builder(root):
-    """An FFI builder whose source paths start at ``root`` ("" for relative paths)."""
+def make_builder(root, define_macros=()):
+    """An FFI builder whose source paths start at ``root`` ("" for relative paths);
+    ``define_macros`` e.g. [("ATTN_F32_QUERY_TILE", "96")] for a tile-size sweep."""
     at = lambda path: str(pathlib.Path(root, path)) if root else path
     builder = cffi.FFI()
     builder.cdef(header_declarations((CSRC / "attention.h").read_text()))
@@ -58,6 +59,7 @@ def make_builder(root):
         include_dirs=[at("csrc")],
         extra_compile_args=COMPILE_ARGS,
         extra_link_args=LINK_ARGS,
+        define_macros=list(define_macros),
     )
     return builder
 
@@ -65,14 +67,14 @@ def make_builder(root):
 ffibuilder = make_builder("")
 
 
-def build_in_place():
-    """Compile in a temporary directory and copy the module next to kernels/*.py."""
+def build(target_dir, define_macros=()):
+    """Compile in a temporary directory; copy the module into ``target_dir``; return its path."""
     with tempfile.TemporaryDirectory() as tmp:
-        built = pathlib.Path(make_builder(PROJECT_ROOT).compile(tmpdir=tmp, verbose=False))
-        target = PROJECT_ROOT / "kernels" / built.name
+        built = pathlib.Path(make_builder(PROJECT_ROOT, define_macros).compile(tmpdir=tmp, verbose=False))
+        target = pathlib.Path(target_dir) / built.name
         shutil.copy2(built, target)
     return target
 
 
 if __name__ == "__main__":
-    print(build_in_place(), file=sys.stderr)
+    print(build(PROJECT_ROOT / "kernels"), file=sys.stderr)

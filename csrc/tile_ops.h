@@ -13,10 +13,14 @@
                                                         (extra rows are scratch, never read)
      m, l, alpha (rows_pad)   per query: running max, running sum, this tile's rescale factor
    Each panel is contiguous, so a micro-kernel walks its operand linearly. rows_pad is a
-   multiple of query_panel; key_cap >= keys rounded up to KEY_BLOCK. visible[r] is how many leading
-   keys of the tile query r sees: all of them except on the causal diagonal. Keys beyond it
-   must not touch row r, not even with weight 0, so that a NaN or Inf in a masked key's value
-   cannot leak into the row; the driver has already set those scores to −inf. */
+   multiple of query_panel; key_cap >= keys rounded up to KEY_BLOCK.
+
+   visible[r] is how many leading keys of the tile query r sees: all of them except on the
+   causal diagonal. Keys beyond it must not touch row r, not even with weight 0, so that a
+   NaN or Inf in a masked key's value cannot leak into the row; the driver has already set
+   those scores to −inf. panel_keys[p] is the most any query of panel p sees: Sᵀ rows beyond
+   it are neither computed nor read, which spares the fully masked part of a causal
+   diagonal tile. */
 #ifndef ATTNBENCH_TILE_OPS_H
 #define ATTNBENCH_TILE_OPS_H
 
@@ -28,13 +32,14 @@
 struct tile_ops_f32 {
     const char *isa;
     int64_t query_panel;
-    /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ */
-    void (*qk_tile)(const float *k, int64_t keys, const float *qt, int64_t rows_pad, int64_t d,
-                    float scale, float *st, int64_t key_cap);
+    /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ, panel p only for its panel_keys[p] keys */
+    void (*qk_tile)(const float *k, const int32_t *panel_keys, const float *qt,
+                    int64_t rows_pad, int64_t d, float scale, float *st, int64_t key_cap);
     /* per query: m_new = max(m, column max of Sᵀ), Pᵀ = exp(Sᵀ − m_new),
-       alpha = exp(m − m_new), l = alpha · l + column sum of Pᵀ, m = m_new */
-    void (*online_softmax)(float *st, int64_t key_cap, int64_t keys, int64_t rows_pad,
-                           float *m, float *l, float *alpha);
+       alpha = exp(m − m_new), l = alpha · l + column sum of Pᵀ, m = m_new
+       (measured from 0 instead while m_new = −inf, see online_softmax_24) */
+    void (*online_softmax)(float *st, int64_t key_cap, const int32_t *panel_keys,
+                           int64_t rows_pad, float *m, float *l, float *alpha);
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ, query r summing over its first visible[r] keys */
     void (*pv_tile)(const float *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
                     const float *v, int64_t d_v, int64_t rows_pad, float *ot);
@@ -43,10 +48,10 @@ struct tile_ops_f32 {
 struct tile_ops_f64 {
     const char *isa;
     int64_t query_panel;
-    void (*qk_tile)(const double *k, int64_t keys, const double *qt, int64_t rows_pad, int64_t d,
-                    double scale, double *st, int64_t key_cap);
-    void (*online_softmax)(double *st, int64_t key_cap, int64_t keys, int64_t rows_pad,
-                           double *m, double *l, double *alpha);
+    void (*qk_tile)(const double *k, const int32_t *panel_keys, const double *qt,
+                    int64_t rows_pad, int64_t d, double scale, double *st, int64_t key_cap);
+    void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
+                           int64_t rows_pad, double *m, double *l, double *alpha);
     void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
                     const double *v, int64_t d_v, int64_t rows_pad, double *ot);
 };

@@ -64,24 +64,25 @@ INLINE_AVX2_FMA void qk_4x24(const float *const k_rows[4], const float *qt, int6
             _mm256_store_ps(st + i * QUERY_PANEL + 8 * c, _mm256_mul_ps(vscale, acc[i][c]));
 }
 
-static AVX2_FMA void qk_tile(const float *k, int64_t keys, const float *qt, int64_t rows_pad,
-                             int64_t d, float scale, float *st, int64_t key_cap)
+static AVX2_FMA void qk_tile(const float *k, const int32_t *panel_keys, const float *qt,
+                             int64_t rows_pad, int64_t d, float scale, float *st, int64_t key_cap)
 {
     /* Panel outer: one Qᵀ panel (d × 24) stays in L1 while the tile's keys stream past it. */
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
+        const int64_t keys = panel_keys[r0 / QUERY_PANEL];
         for (int64_t j = 0; j < keys; j += KEY_BLOCK) {
             /* past the last key, repeat it: those Sᵀ rows are computed but never used */
             const float *const k_rows[4] = {
                 k + min_i64(j, keys - 1) * d,     k + min_i64(j + 1, keys - 1) * d,
                 k + min_i64(j + 2, keys - 1) * d, k + min_i64(j + 3, keys - 1) * d,
             };
-            qk_4x24(k_rows, qt + r0 * d, d, scale,
-                     st + r0 * key_cap + j * QUERY_PANEL);
+            qk_4x24(k_rows, qt + r0 * d, d, scale, st + r0 * key_cap + j * QUERY_PANEL);
         }
+    }
 }
 
 /* The online softmax of one panel of 24 queries (see tile_ops.h). The three vectors of a
-   key's row are independent work, which hides the latency of the exp polynomial. */
+   key's row are loaded together and give three independent exp computations. */
 INLINE_AVX2_FMA void online_softmax_24(float *st, int64_t keys, float *m, float *l, float *alpha)
 {
     __m256 m_old[3], m_new[3], m_ref[3], sum[3];
@@ -114,11 +115,11 @@ INLINE_AVX2_FMA void online_softmax_24(float *st, int64_t keys, float *m, float 
     }
 }
 
-static AVX2_FMA void online_softmax(float *st, int64_t key_cap, int64_t keys, int64_t rows_pad,
-                                    float *m, float *l, float *alpha)
+static AVX2_FMA void online_softmax(float *st, int64_t key_cap, const int32_t *panel_keys,
+                                    int64_t rows_pad, float *m, float *l, float *alpha)
 {
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
-        online_softmax_24(st + r0 * key_cap, keys, m + r0, l + r0, alpha + r0);
+        online_softmax_24(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0);
 }
 
 /* Oᵀ (4, 24) = alpha ⊙ Oᵀ + Vᵀ (4 columns, keys) · Pᵀ panel (keys, 24).

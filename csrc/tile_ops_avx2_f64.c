@@ -14,11 +14,13 @@
 static int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* exp(x) on 4 lanes, within an ulp for x in [−708.3, 709]: as exp8 in the float32 file,
-   with a degree-11 polynomial (Chebyshev fit, error < 1 eps) and 0 below −1022·ln2. */
+   with a degree-11 polynomial (Chebyshev fit, error < 1 eps), rounding by adding
+   1.5·2^52 + 1023, and 0 below −1022·ln2. */
 INLINE_AVX2_FMA __m256d exp4(__m256d x)
 {
-    const __m256d k = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256d round_biased = _mm256_set1_pd(6755399441056767.0);   /* 1.5·2^52 + 1023 */
+    const __m256d t = _mm256_fmadd_pd(x, _mm256_set1_pd(1.4426950408889634), round_biased);
+    const __m256d k = _mm256_sub_pd(t, round_biased);
     /* Cody–Waite: ln2_hi has 21 trailing zero bits, so k·ln2_hi is exact */
     __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(6.93147180369123816e-01), x);
     r = _mm256_fnmadd_pd(k, _mm256_set1_pd(1.90821492927058770e-10), r);
@@ -33,10 +35,7 @@ INLINE_AVX2_FMA __m256d exp4(__m256d x)
     for (int i = 1; i < (int)(sizeof coef / sizeof coef[0]); i++)
         p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(coef[i]));
 
-    /* 2^k built in the exponent field */
-    const __m256i biased = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(k)),
-                                            _mm256_set1_epi64x(1023));
-    const __m256d two_k = _mm256_castsi256_pd(_mm256_slli_epi64(biased, 52));
+    const __m256d two_k = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(t), 52));
     const __m256d underflow = _mm256_cmp_pd(x, _mm256_set1_pd(-708.3964185322641), _CMP_LT_OQ);
     return _mm256_andnot_pd(underflow, _mm256_mul_pd(p, two_k));
 }
@@ -66,54 +65,62 @@ INLINE_AVX2_FMA void qk_4x12(const double *const k_rows[4], const double *qt, in
             _mm256_store_pd(st + i * QUERY_PANEL + 4 * c, _mm256_mul_pd(vscale, acc[i][c]));
 }
 
-static AVX2_FMA void qk_tile(const double *k, int64_t keys, const double *qt, int64_t rows_pad,
-                             int64_t d, double scale, double *st, int64_t key_cap)
+static AVX2_FMA void qk_tile(const double *k, const int32_t *panel_keys, const double *qt,
+                             int64_t rows_pad, int64_t d, double scale, double *st, int64_t key_cap)
 {
     /* Panel outer: one Qᵀ panel (d × 12) stays in L1 while the tile's keys stream past it. */
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
+        const int64_t keys = panel_keys[r0 / QUERY_PANEL];
         for (int64_t j = 0; j < keys; j += KEY_BLOCK) {
             /* past the last key, repeat it: those Sᵀ rows are computed but never used */
             const double *const k_rows[4] = {
                 k + min_i64(j, keys - 1) * d,     k + min_i64(j + 1, keys - 1) * d,
                 k + min_i64(j + 2, keys - 1) * d, k + min_i64(j + 3, keys - 1) * d,
             };
-            qk_4x12(k_rows, qt + r0 * d, d, scale,
-                     st + r0 * key_cap + j * QUERY_PANEL);
+            qk_4x12(k_rows, qt + r0 * d, d, scale, st + r0 * key_cap + j * QUERY_PANEL);
         }
+    }
 }
 
-/* The online softmax for 4 queries (one column strip of Sᵀ); see tile_ops.h */
-INLINE_AVX2_FMA void online_softmax_4(double *st, int64_t keys, double *m, double *l,
-                                      double *alpha)
+/* The online softmax of one panel of 12 queries (see tile_ops.h). The three vectors of a
+   key's row are loaded together and give three independent exp computations. */
+INLINE_AVX2_FMA void online_softmax_12(double *st, int64_t keys, double *m, double *l, double *alpha)
 {
-    const __m256d m_old = _mm256_load_pd(m);
+    __m256d m_old[3], m_new[3], m_ref[3], sum[3];
+    for (int c = 0; c < 3; c++)
+        m_old[c] = m_new[c] = _mm256_load_pd(m + 4 * c);
     /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
-    __m256d m_new = m_old;
     for (int64_t j = 0; j < keys; j++)
-        m_new = _mm256_max_pd(_mm256_load_pd(st + j * QUERY_PANEL), m_new);
+        for (int c = 0; c < 3; c++)
+            m_new[c] = _mm256_max_pd(_mm256_load_pd(st + j * QUERY_PANEL + 4 * c), m_new[c]);
     /* While a query has seen only −inf scores, measure from 0, so that its weights are
        exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
        in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
-    const __m256d m_ref = _mm256_andnot_pd(_mm256_cmp_pd(m_new, _mm256_set1_pd(-INFINITY), _CMP_EQ_OQ),
-                                          m_new);
-    __m256d sum = _mm256_setzero_pd();
-    for (int64_t j = 0; j < keys; j++) {
-        const __m256d p = exp4(_mm256_sub_pd(_mm256_load_pd(st + j * QUERY_PANEL), m_ref));
-        _mm256_store_pd(st + j * QUERY_PANEL, p);
-        sum = _mm256_add_pd(sum, p);
+    for (int c = 0; c < 3; c++) {
+        const __m256d never_finite = _mm256_cmp_pd(m_new[c], _mm256_set1_pd(-INFINITY), _CMP_EQ_OQ);
+        m_ref[c] = _mm256_andnot_pd(never_finite, m_new[c]);
+        sum[c] = _mm256_setzero_pd();
     }
-    const __m256d a = exp4(_mm256_sub_pd(m_old, m_ref));
-    _mm256_store_pd(alpha, a);
-    _mm256_store_pd(l, _mm256_fmadd_pd(a, _mm256_load_pd(l), sum));
-    _mm256_store_pd(m, m_new);
+    for (int64_t j = 0; j < keys; j++)
+        for (int c = 0; c < 3; c++) {
+            double *s = st + j * QUERY_PANEL + 4 * c;
+            const __m256d p = exp4(_mm256_sub_pd(_mm256_load_pd(s), m_ref[c]));
+            _mm256_store_pd(s, p);
+            sum[c] = _mm256_add_pd(sum[c], p);
+        }
+    for (int c = 0; c < 3; c++) {
+        const __m256d a = exp4(_mm256_sub_pd(m_old[c], m_ref[c]));
+        _mm256_store_pd(alpha + 4 * c, a);
+        _mm256_store_pd(l + 4 * c, _mm256_fmadd_pd(a, _mm256_load_pd(l + 4 * c), sum[c]));
+        _mm256_store_pd(m + 4 * c, m_new[c]);
+    }
 }
 
-static AVX2_FMA void online_softmax(double *st, int64_t key_cap, int64_t keys, int64_t rows_pad,
-                                    double *m, double *l, double *alpha)
+static AVX2_FMA void online_softmax(double *st, int64_t key_cap, const int32_t *panel_keys,
+                                    int64_t rows_pad, double *m, double *l, double *alpha)
 {
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
-        for (int64_t r = r0; r < r0 + QUERY_PANEL; r += 4)
-            online_softmax_4(st + r0 * key_cap + (r - r0), keys, m + r, l + r, alpha + r);
+        online_softmax_12(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0);
 }
 
 /* Oᵀ (4, 12) = alpha ⊙ Oᵀ + Vᵀ (4 columns, keys) · Pᵀ panel (keys, 12).

@@ -2,20 +2,21 @@
 
 The idea it adds over the ``numba_tiled`` rung: the same algorithm (query tiles walk
 over key tiles keeping the running row maximum m, sum l and a rescaled accumulator O;
-the n_q x n_k scores never exist) written as a small GEMM library would write it.
-Each key tile's Kᵀ is packed into panels, and register-blocked AVX2/FMA micro-kernels
-compute S = scale · Q Kᵀ (4 rows × 24 keys in float32, 4 × 12 in float64) and
-O = alpha · O + P V (4 rows × 16 columns, 4 × 8), with a vectorised polynomial exp in
-between.  Large query tiles let each packed Kᵀ serve many rows.  OpenMP spreads
-(batch·head, query tile) pairs over the threads, heaviest causal tiles first, and the
-call runs without the GIL (cffi API mode).  The SIMD path is chosen at run time
-(``isa``/``use_isa``); a portable C path serves CPUs without AVX2 + FMA.
+the n_q x n_k scores never exist) written the way a small GEMM library is written.
+Tiles are held transposed, queries along the SIMD lanes: each query tile's Qᵀ is packed
+once into panels of 24 queries (12 in float64), K and V are read in place, and two
+register-blocked AVX2/FMA micro-kernels of the same 4 x 24 shape compute Sᵀ = scale · K Qᵀ
+and Oᵀ = alpha · Oᵀ + Vᵀ Pᵀ; between them the online softmax runs down the columns with a
+vectorised polynomial exp, so a query's max and sum never need a horizontal reduction.
+OpenMP spreads (batch·head, query tile) pairs over the threads, heaviest causal tiles
+first, and the call runs without the GIL (cffi API mode).  The SIMD path is chosen at run
+time (``isa``/``use_isa``); a portable C path serves CPUs without AVX2 + FMA.
 
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
 float32 or float64 (accumulated in the same precision); B is batch and heads flattened.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
 extra memory O(threads · tile · (d + d_v)): one scratch block per thread per call,
-holding a query tile, a packed key/value tile and a tile of scores.
+holding a query tile, its output accumulator and one query × key tile of scores.
 Causal: query i sees keys j <= i + (n_k - n_q); key tiles no row of a query tile can
 see are skipped, only tiles crossing the diagonal are masked.
 Sources: csrc/attention.h (interface), csrc/flash_driver.inc (the algorithm),

@@ -13,16 +13,24 @@ of weighted values (flash-attention style):
     out = acc / l                                  after the last key tile
 
 One ``prange`` runs over every (batch·head, query tile) pair, so both cores share
-the work even for a single head.  Scores are kept in log2 units (the scale is
-multiplied by log2(e)) so the exponential is ``exp2``, a polynomial that LLVM
-vectorises; NumPy/BLAS is never called inside the parallel loop.
+the work even for a single head.  What makes it fast on a CPU without SVML:
+
+- both products are 4 x 2 register blocks of dot products (``dot_4x2``) whose
+  contraction runs over contiguous memory (Q and K rows; P rows and the rows of
+  a transposed V tile), so LLVM emits FMA vector loops;
+- the exponential is ``exp2``, a polynomial plus an exponent-field shift that LLVM
+  vectorises, applied to (S - m) · scale · log2(e);
+- no NumPy/BLAS call inside the parallel loop: OpenBLAS would start its own
+  threads inside Numba's and warn that the program may hang.
 
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
 float32 or float64; B is batch and heads flattened.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
-extra memory O(threads · tile · (d + d_v)): per-task scratch tiles only.
+extra memory O(threads · tile · (tile + d + d_v)), independent of n: per-task
+scratch tiles only.
 Causal: query i sees keys j <= i + (n_k - n_q); key tiles a query tile cannot
-see are skipped and only tiles crossing the diagonal are masked.
+see are skipped, and on tiles crossing the diagonal each row stops at its own last
+key (no -inf masking pass).  Query tiles are interleaved light/heavy across tasks.
 """
 import math
 
@@ -33,11 +41,16 @@ from numba.extending import overload
 
 from .threads import budget
 
-TILE_Q = 64  # query rows per parallel task
-TILE_K = 64  # keys per step of the online softmax
+TILE_Q = 128  # query rows per parallel task (a multiple of 4)
+TILE_K = 64  # keys per step of the online softmax (a multiple of 2)
+# The tile loops read their bounds from the arrays rather than from these constants:
+# with constant trip counts LLVM unrolls the inlined micro-kernels and the compile
+# time triples.
 
 # No 'nnan'/'ninf': masked scores are -inf and NaN in the inputs must propagate.
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+# IEEE division (x / 0 -> inf or NaN) instead of Python's ZeroDivisionError.
+JIT_OPTIONS = {"fastmath": FASTMATH, "error_model": "numpy", "cache": True}
 LOG2_E = 1.0 / math.log(2.0)
 
 
@@ -53,14 +66,15 @@ def exp2(t):
     raise NotImplementedError("exp2 is only callable from jitted code")
 
 
-@overload(exp2, jit_options={"fastmath": FASTMATH})
+@overload(exp2, jit_options={"fastmath": FASTMATH, "error_model": "numpy"})
 def _exp2_overload(t):
     """Branch-free 2**t that LLVM can vectorise (no libm call, no SVML here).
 
     t = k + f with k = rint(t), |f| <= 1/2; 2**f is a polynomial and 2**k is built
-    directly in the exponent field.  Accurate to a few ulp in the normal range;
-    t < min_exponent (and -inf) gives 0, t > max_exponent gives inf, NaN stays NaN
-    (the clamps are written so that a NaN compares false and passes through).
+    directly in the exponent field.  Within 1 ulp for results in the normal range;
+    t < min_exponent (and -inf) gives 0, t >= max_exponent - 1/2 gives inf, NaN
+    stays NaN (the clamps are written so that a NaN compares false and passes
+    through).  Attention only calls it with t <= 0.
     """
     if t == types.float32:
         float_type, int_type, bias, mantissa_bits, degree = np.float32, np.int32, 127, 23, 7
@@ -91,7 +105,7 @@ def _exp2_overload(t):
     return exp2_impl
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(**JIT_OPTIONS)
 def dot_4x2(a0, a1, a2, a3, b0, b1, length):
     """The 4 x 2 dot products a_i[:length] · b_j[:length] of four rows a_i and two
     rows b_j, returned row by row.  Eight running sums stay in registers while the
@@ -111,39 +125,38 @@ def dot_4x2(a0, a1, a2, a3, b0, b1, length):
     return s00, s01, s10, s11, s20, s21, s30, s31
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(**JIT_OPTIONS)
 def qk_tile(q_tile, k, j0, scores):
-    """scores = q_tile @ k[j0 : j0 + TILE_K]ᵀ: q_tile (TILE_Q, d), k (n_k, d) the keys
-    of one head, scores (TILE_Q, TILE_K).  Columns past n_k repeat the last key (their
+    """scores = q_tile @ k[j0 : j0 + TILE_K]ᵀ: q_tile (rows, d) with rows a multiple of
+    4, k (n_k, d) the keys of one head, scores (rows, TILE_K).  Columns past n_k repeat the last key (their
     scores are never read), so every block is full."""
+    tile_q, tile_k = scores.shape
     d = q_tile.shape[1]
     last_key = k.shape[0] - 1
-    for col in range(0, TILE_K, 2):
-        # The two key rows stay in L1 while the query tile streams past them.
-        k0 = k[min(j0 + col, last_key)]
-        k1 = k[min(j0 + col + 1, last_key)]
-        for row in range(0, TILE_Q, 4):
+    for row in range(0, tile_q, 4):
+        q0, q1, q2, q3 = q_tile[row], q_tile[row + 1], q_tile[row + 2], q_tile[row + 3]
+        for col in range(0, tile_k, 2):
             s00, s01, s10, s11, s20, s21, s30, s31 = dot_4x2(
-                q_tile[row], q_tile[row + 1], q_tile[row + 2], q_tile[row + 3], k0, k1, d)
+                q0, q1, q2, q3, k[min(j0 + col, last_key)], k[min(j0 + col + 1, last_key)], d)
             scores[row, col], scores[row, col + 1] = s00, s01
             scores[row + 1, col], scores[row + 1, col + 1] = s10, s11
             scores[row + 2, col], scores[row + 2, col + 1] = s20, s21
             scores[row + 3, col], scores[row + 3, col + 1] = s30, s31
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(**JIT_OPTIONS)
 def online_softmax(scores, n_keys, log2_scale, m, l, acc):
     """One online-softmax step over a tile of unscaled scores S = Q Kᵀ, in place.
 
-    scores (TILE_Q, TILE_K) becomes P = 2**((S - m_new) · log2_scale) on the first
+    scores (rows, TILE_K) becomes P = 2**((S - m_new) · log2_scale) on the first
     n_keys[r] columns of row r (the keys row r sees; the rest is left untouched).
-    m, l (TILE_Q,) are the running max and sum, acc (TILE_Q, d_v) is rescaled.
+    m, l (rows,) are the running max and sum, acc (rows, d_v) is rescaled.
     Scaling after the max subtraction keeps large logits accurate: S - m is exact
     for the scores that matter, and only that small difference is rounded again.
     """
     neg_inf = scores.dtype.type(-np.inf)
     zero = scores.dtype.type(0.0)
-    for r in range(TILE_Q):
+    for r in range(scores.shape[0]):
         n = n_keys[r]
         if n == 0:
             continue
@@ -169,18 +182,18 @@ def online_softmax(scores, n_keys, log2_scale, m, l, acc):
                 acc_row[c] *= alpha
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(**JIT_OPTIONS)
 def pv_tile(p, v_tile_t, n_keys, acc):
     """acc += P @ V_tile, row r summing over exactly its n_keys[r] visible keys.
 
-    p (TILE_Q, TILE_K), v_tile_t (d_v rounded up to 2, TILE_K) = V_tileᵀ,
-    acc (TILE_Q, d_v rounded up to 2).  n_keys is non-decreasing down the tile, so a
+    p (rows, TILE_K), v_tile_t (d_v rounded up to 2, TILE_K) = V_tileᵀ,
+    acc (rows, d_v rounded up to 2), rows a multiple of 4.  n_keys is non-decreasing down the tile, so a
     block of rows shares the keys of its first row; the few extra keys of the later
     rows on a diagonal tile are added one row at a time.  A key is never skipped for
     a small weight: 0 * NaN in V must still give NaN.
     """
-    width = acc.shape[1]
-    for row in range(0, TILE_Q, 4):
+    tile_q, width = acc.shape
+    for row in range(0, tile_q, 4):
         shared = n_keys[row]
         if shared > 0:
             p0, p1, p2, p3 = p[row], p[row + 1], p[row + 2], p[row + 3]
@@ -203,17 +216,18 @@ def pv_tile(p, v_tile_t, n_keys, acc):
                     acc_row[c] += weight * v_tile_t[c, j]
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
 def pack_values(v, j0, n_valid, v_tile_t):
-    """v_tile_t (d_v rounded up to 2, TILE_K) = v[j0 : j0 + n_valid]ᵀ, zero padded, so
-    that P @ V contracts over contiguous memory."""
-    v_tile_t[:] = 0
-    for j in range(n_valid):
-        for c in range(v.shape[1]):
-            v_tile_t[c, j] = v[j0 + j, c]
+    """v_tile_t[:d_v, :n_valid] = v[j0 : j0 + n_valid]ᵀ, so that P @ V contracts over
+    contiguous memory.  v_tile_t (d_v rounded up to 2, TILE_K); columns past n_valid
+    are never read, and the padding row stays as allocated (zeros)."""
+    for c in range(v.shape[1]):
+        v_row = v_tile_t[c]
+        for j in range(n_valid):
+            v_row[j] = v[j0 + j, c]
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
 def task_order(task, n_heads, n_query_tiles, causal):
     """(head, query tile) of a flattened parallel task.  Causal tiles grow with the
     query index, so consecutive tasks pair a light tile with a heavy one and every
@@ -225,22 +239,26 @@ def task_order(task, n_heads, n_query_tiles, causal):
     return head, tile
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(**JIT_OPTIONS)
 def attend_query_tile(q, k, v, out, i0, offset, q_sign, log2_scale):
     """out[i0 : i0 + TILE_Q] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
-    out (n_q, d_v).  Query i sees keys j < i + 1 + offset.  All scratch is tile-sized."""
+    out (n_q, d_v).  Query i sees keys j < i + 1 + offset.  All scratch is tile-sized;
+    the tile helpers take their row count from it."""
     n_q, d = q.shape
     n_k, d_v = v.shape
     width = d_v + d_v % 2  # pv_tile works on pairs of value columns
     dtype = q.dtype
     n_rows = min(TILE_Q, n_q - i0)
-    q_tile = np.zeros((TILE_Q, d), dtype)
-    v_tile_t = np.empty((width, TILE_K), dtype)
-    scores = np.empty((TILE_Q, TILE_K), dtype)
-    acc = np.zeros((TILE_Q, width), dtype)
-    m = np.full(TILE_Q, -np.inf, dtype)
-    l = np.zeros(TILE_Q, dtype)
-    n_keys = np.empty(TILE_Q, np.int64)
+    # The last tile is cut to n_rows rounded up to the 4-row blocks, so a short
+    # query (decoding, n_q = 1) does not pay for a whole tile.
+    rows = (n_rows + 3) // 4 * 4
+    q_tile = np.zeros((rows, d), dtype)
+    v_tile_t = np.zeros((width, TILE_K), dtype)
+    scores = np.empty((rows, TILE_K), dtype)
+    acc = np.zeros((rows, width), dtype)
+    m = np.full(rows, -np.inf, dtype)
+    l = np.zeros(rows, dtype)
+    n_keys = np.empty(rows, np.int64)
     for r in range(n_rows):
         for c in range(d):
             q_tile[r, c] = q[i0 + r, c] * q_sign
@@ -249,7 +267,7 @@ def attend_query_tile(q, k, v, out, i0, offset, q_sign, log2_scale):
     for j0 in range(0, keys_seen_by_last, TILE_K):
         n_valid = min(TILE_K, n_k - j0)
         # Padding rows past n_q follow the same formula, which keeps n_keys sorted.
-        for r in range(TILE_Q):
+        for r in range(rows):
             n_keys[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
         qk_tile(q_tile, k, j0, scores)
         pack_values(v, j0, n_valid, v_tile_t)
@@ -264,7 +282,7 @@ def attend_query_tile(q, k, v, out, i0, offset, q_sign, log2_scale):
             out[i0 + r, c] = acc[r, c] * inv_l
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
+@njit(parallel=True, **JIT_OPTIONS)
 def attention(q, k, v, out, causal, scale):
     """out = softmax(scale · q kᵀ) v; q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v),
     out (B, n_q, d_v).  One parallel task per (head, query tile)."""
