@@ -8,9 +8,10 @@ import time
 import numpy as np
 
 import kernels
+from kernels.analysis import attention_flops
 from kernels.memory import peak_extra_bytes
 
-from .common import DTYPES, HEAD_DIM, KERNEL_NAMES, QUICK, SEQ_LENS, attention_flops, prepare
+from .common import DTYPES, KERNEL_NAMES, QUICK, SEQ_LENS, prepare
 
 
 class _Attention:
@@ -66,7 +67,7 @@ class MultiHead(_Attention):
     def setup(self, kernel, seq_len, dtype, causal):
         self.kernel, self.causal = kernel, causal
         self.q, self.k, self.v = prepare(kernel, self.batch, seq_len, dtype, causal)
-        self.flops = attention_flops(self.batch, seq_len, seq_len, HEAD_DIM, causal)
+        self.flops = attention_flops(seq_len, self.batch, causal)
 
     def time_attention(self, kernel, seq_len, dtype, causal):
         self.call()
@@ -88,7 +89,7 @@ class Threads(_Attention):
         self.kernel = kernel
         self.previous = kernels.threads.set_budget(threads)
         self.q, self.k, self.v = prepare(kernel, self.batch, self.seq_len, self.dtype)
-        self.flops = attention_flops(self.batch, self.seq_len, self.seq_len, HEAD_DIM, False)
+        self.flops = attention_flops(self.seq_len, self.batch)
 
     def teardown(self, kernel, threads):
         kernels.threads.set_budget(self.previous)

@@ -24,11 +24,6 @@ SEQ_LENS = [2**p for p in range(6, 12 if QUICK else 15)]  # 64 .. 16384 (quick: 
 DTYPES = ["float32", "float64"]
 
 
-def attention_flops(batch, n_q, n_k, head_dim, causal):
-    """4·n_q·n_k·d per head (two products of 2·n_q·n_k·d), halved when causal."""
-    return 4.0 * batch * n_q * n_k * head_dim / (2 if causal else 1)
-
-
 def make_inputs(batch, seq_len, dtype, head_dim=HEAD_DIM, seed=0):
     """Seeded q, k, v of shape (batch, seq_len, head_dim), standard normal."""
     rng = np.random.default_rng(seed)

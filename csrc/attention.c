@@ -1,5 +1,5 @@
 /* attnbench C kernel: public entry points, SIMD path selection, and the two instances
-   (float, double) of the tiled online-softmax driver in flash_driver.inc.
+   (float, double) of the tiled online-softmax driver in flash_driver_template.h.
 
    Tile sizes (query rows × keys per tile, per thread). Swept with benchmarks/sweep_tiles.py (1 thread,
    n = 4096, d = 64, GFLOP/s full/causal, best of 8 shuffled rounds on a shared 2-core Zen 3
@@ -99,7 +99,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define KEY_TILE ATTN_F32_KEY_TILE
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)   /* Sᵀ rows per panel */
 #define ACTIVE_OPS ops_f32
-#include "flash_driver.inc"
+#include "flash_driver_template.h"
 #undef real
 #undef SUFFIX
 #undef QUERY_TILE
@@ -113,4 +113,4 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define KEY_TILE ATTN_F64_KEY_TILE
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)
 #define ACTIVE_OPS ops_f64
-#include "flash_driver.inc"
+#include "flash_driver_template.h"

@@ -29,8 +29,8 @@ SOURCES = [
 DEPENDS = [
     "csrc/attention.h",
     "csrc/tile_ops.h",
-    "csrc/flash_driver.inc",
-    "csrc/tile_ops_generic.inc",
+    "csrc/flash_driver_template.h",
+    "csrc/tile_ops_generic_template.h",
 ]
 # IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no
 # -ffast-math/-Ofast; no -march=native either: the AVX2 code is chosen at run time.
@@ -68,9 +68,14 @@ ffibuilder = make_builder("")
 
 
 def build(target_dir, define_macros=()):
-    """Compile in a temporary directory; copy the module into ``target_dir``; return its path."""
+    """Compile in a temporary directory and copy the module into ``target_dir``, replacing
+    any earlier build there (an older ``_attention_c.abi3.so`` from setuptools would
+    otherwise sit beside this ``_attention_c.cpython-*.so``, one shadowing the other).
+    Returns the module's path."""
     with tempfile.TemporaryDirectory() as tmp:
         built = pathlib.Path(make_builder(PROJECT_ROOT, define_macros).compile(tmpdir=tmp, verbose=False))
+        for earlier in pathlib.Path(target_dir).glob("_attention_c.*.so"):
+            earlier.unlink()
         target = pathlib.Path(target_dir) / built.name
         shutil.copy2(built, target)
     return target

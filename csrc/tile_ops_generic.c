@@ -5,7 +5,7 @@
 #define real float
 #define SUFFIX(name) name##_f32
 #define EXP expf
-#include "tile_ops_generic.inc"
+#include "tile_ops_generic_template.h"
 #undef real
 #undef SUFFIX
 #undef EXP
@@ -13,4 +13,4 @@
 #define real double
 #define SUFFIX(name) name##_f64
 #define EXP exp
-#include "tile_ops_generic.inc"
+#include "tile_ops_generic_template.h"

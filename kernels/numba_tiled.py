@@ -168,7 +168,9 @@ def online_softmax(scores, n_keys, log2_scale, m, l, acc):
         # While every score seen is -inf (m_new = -inf) shift by 0, so that P = 0
         # rather than exp(-inf + inf) = NaN.
         shift = zero if m_new == neg_inf else m_new
-        alpha = exp2((m[r] - shift) * log2_scale)
+        # alpha rescales what earlier tiles summed; before any finite score there is
+        # nothing to rescale, and (-inf - shift) · 0 would be NaN when scale = 0.
+        alpha = zero if m[r] == neg_inf else exp2((m[r] - shift) * log2_scale)
         row_sum = zero
         for j in range(n):
             p = exp2((row[j] - shift) * log2_scale)

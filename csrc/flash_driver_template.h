@@ -1,5 +1,5 @@
-/* The tiled attention algorithm with the online softmax, one instance per precision.
-   attention.c includes this file with these defined:
+/* The tiled attention algorithm with the online softmax: a template, without include
+   guards, that attention.c includes once per precision with these defined:
      real                   float or double
      SUFFIX(name)           name##_f32 or name##_f64
      QUERY_TILE, KEY_TILE   tile sizes (query rows, keys)

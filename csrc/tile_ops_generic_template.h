@@ -1,6 +1,7 @@
-/* Portable tile operations, one instance per precision (tile_ops_generic.c defines `real`,
-   SUFFIX(name) and EXP before including this file). Plain loops over the layouts of
-   tile_ops.h that gcc -O3 may vectorise for the baseline ISA; correctness first. */
+/* Portable tile operations: a template, without include guards, instantiated once per
+   precision by tile_ops_generic.c (which defines `real`, SUFFIX(name) and EXP first).
+   Plain loops over the layouts of tile_ops.h that gcc -O3 may vectorise for the baseline
+   ISA; correctness first. */
 
 #define GENERIC_QUERY_PANEL 8
 
