@@ -13,6 +13,7 @@ from .memory import available_bytes, format_bytes
 from .registry import KERNELS, get_kernel
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+SMALL_ALLOCATION = 64 * 2**20  # bytes; below this a failed allocation is NumPy's own MemoryError
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ def check_resources(kernel, problem, copies_bytes=0):
         problem.batch, problem.n_q, problem.n_k, problem.d, problem.d_v, itemsize, problem.causal
     )
     needed = out_bytes + copies_bytes + workspace
+    if needed < SMALL_ALLOCATION:
+        return  # not worth reading /proc/meminfo (~50 µs) on every small call
     available = available_bytes()
     if needed > available:
         tiled = ", ".join(
