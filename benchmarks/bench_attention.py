@@ -11,7 +11,7 @@ import kernels
 from kernels.analysis import attention_flops
 from kernels.memory import peak_extra_bytes
 
-from .common import DTYPES, KERNEL_NAMES, QUICK, SEQ_LENS, prepare
+from .common import DTYPES, KERNEL_NAMES, QUICK, SEQ_LEN_DTYPES, SEQ_LENS, prepare
 
 
 class _Attention:
@@ -38,7 +38,7 @@ class _Attention:
 class SeqLen(_Attention):
     """One head, full attention: the O(n²) wall in time and in memory."""
 
-    params = [KERNEL_NAMES, SEQ_LENS, DTYPES]
+    params = [KERNEL_NAMES, SEQ_LENS, SEQ_LEN_DTYPES]
     param_names = ["kernel", "seq_len", "dtype"]
 
     def setup(self, kernel, seq_len, dtype):

@@ -20,6 +20,7 @@ KERNEL_NAMES = list(kernels.KERNELS)
 # large-n fit still has three points
 SEQ_LENS = [64, 256, 1024, 2048, 4096] if QUICK else [2**p for p in range(6, 15)]
 DTYPES = ["float32", "float64"]
+SEQ_LEN_DTYPES = DTYPES[:1] if QUICK else DTYPES  # quick: the n-sweep in float32 only
 
 
 def make_inputs(batch, seq_len, dtype, head_dim=HEAD_DIM, seed=0):
