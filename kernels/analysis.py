@@ -72,7 +72,8 @@ class Run:
 
 
 def load_latest_run(results_dir):
-    """The newest (by its "date") asv results file under ``results_dir``, all machines.
+    """The newest asv results file under ``results_dir``, all machines: by the commit's
+    "date", then by when its benchmarks last ran.
 
     Raises FileNotFoundError naming the folder when it holds no results.
     """
@@ -84,7 +85,10 @@ def load_latest_run(results_dir):
         raise FileNotFoundError(f"the asv results folder {results_dir} holds no results files "
                                 "(expected <machine>/<commit>-<env>.json; run `asv run` first)")
     runs = [json.loads(path.read_text()) for path in paths]
-    newest, path = max(zip(runs, paths), key=lambda pair: pair[0].get("date", 0))
+    # newest commit first; among results of one commit (several environments, or a
+    # re-run), the one measured last
+    newest, path = max(zip(runs, paths), key=lambda pair: (
+        pair[0].get("date", 0), _last_started(pair[0]) or _datetime(0)))
     return Run(
         commit_hash=newest["commit_hash"],
         date=_datetime(newest["date"]),
