@@ -3,15 +3,11 @@
 Every class iterates over ``kernels.KERNELS``; inputs and warm-up live in
 ``setup``; the timed body is one call.  d = 64 throughout.
 """
-import time
-
-import numpy as np
-
 import kernels
 from kernels.analysis import attention_flops
 from kernels.memory import peak_extra_bytes
 
-from .common import DTYPES, KERNEL_NAMES, QUICK, SEQ_LEN_DTYPES, SEQ_LENS, prepare
+from .common import DTYPES, KERNEL_NAMES, QUICK, SEQ_LEN_DTYPES, SEQ_LENS, median_seconds, prepare
 
 
 class _Attention:
@@ -26,13 +22,6 @@ class _Attention:
     def call(self):
         kernels.attention(self.q, self.k, self.v, kernel=self.kernel, causal=self.causal)
 
-    def median_seconds(self, calls=3):
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            self.call()
-            times.append(time.perf_counter() - start)
-        return float(np.median(times))
 
 
 class _OneHead(_Attention):
@@ -100,7 +89,7 @@ class Threads(_Attention):
         kernels.threads.set_budget(self.previous)
 
     def track_gflops(self, kernel, threads):
-        return self.flops / self.median_seconds() / 1e9
+        return self.flops / median_seconds(self.call) / 1e9
 
     track_gflops.unit = "GFLOP/s"
 
@@ -127,6 +116,6 @@ class MemoryWall(_Attention):
     track_peak_extra_bytes.unit = "bytes"
 
     def track_seconds(self, kernel):
-        return self.median_seconds(calls=1)
+        return median_seconds(self.call, repeats=1)
 
     track_seconds.unit = "seconds"

@@ -9,20 +9,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 import kernels
 
-
-def _median_seconds(call, repeats=5):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+from .common import median_seconds
 
 
 class Machine:
@@ -39,7 +31,7 @@ class Machine:
 
     def _gemm_gflops(self, a):
         np.dot(a, a)  # warm-up: threads, pages
-        return 2.0 * self.gemm_n**3 / _median_seconds(lambda: np.dot(a, a)) / 1e9
+        return 2.0 * self.gemm_n**3 / median_seconds(lambda: np.dot(a, a), repeats=5) / 1e9
 
     def track_sgemm_gflops(self):
         return self._gemm_gflops(self.a32)
@@ -54,7 +46,7 @@ class Machine:
     def track_memory_bandwidth(self):
         """Copy bandwidth, one thread: bytes read plus bytes written per second."""
         np.copyto(self.dst, self.src)
-        return 2.0 * self.src.nbytes / _median_seconds(lambda: np.copyto(self.dst, self.src)) / 1e9
+        return 2.0 * self.src.nbytes / median_seconds(lambda: np.copyto(self.dst, self.src), repeats=5) / 1e9
 
     track_memory_bandwidth.unit = "GB/s"
 

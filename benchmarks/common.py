@@ -6,6 +6,7 @@ records it with the results.  ``ATTNBENCH_QUICK=1`` shrinks the grids so that
 ``make bench QUICK=1`` finishes in a few minutes.
 """
 import os
+import time
 
 import numpy as np
 
@@ -44,3 +45,13 @@ def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True):
     if warm_up:
         kernels.attention(q, k, v, kernel=kernel, causal=causal)
     return q, k, v
+
+
+def median_seconds(call, repeats=3):
+    """Median wall time of ``repeats`` calls of ``call()`` (for track_ benchmarks)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
