@@ -31,6 +31,7 @@ DEPENDS = [
     "csrc/tile_ops.h",
     "csrc/flash_driver_template.h",
     "csrc/tile_ops_generic_template.h",
+    "csrc/tile_ops_avx2_template.h",
 ]
 # IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no
 # -ffast-math/-Ofast; no -march=native either: the AVX2 code is chosen at run time.

@@ -1,5 +1,6 @@
 /* The contract between the tiling driver (flash_driver_template.h, plain C) and the per-ISA
-   tile operations (tile_ops_avx2_f32.c, tile_ops_avx2_f64.c, tile_ops_generic.c).
+   tile operations (tile_ops_avx2_template.h, instantiated by tile_ops_avx2_f32.c and
+   tile_ops_avx2_f64.c; tile_ops_generic_template.h, instantiated by tile_ops_generic.c).
 
    Tiles are held query-minor ("transposed"), so that SIMD lanes run over queries: the
    softmax statistics of 8 (or 4) queries then live in one vector and need no horizontal

@@ -20,7 +20,8 @@ holding a query tile, its output accumulator and one query × key tile of scores
 Causal: query i sees keys j <= i + (n_k - n_q); key tiles no row of a query tile can
 see are skipped, only tiles crossing the diagonal are masked.
 Sources: csrc/attention.h (interface), csrc/flash_driver_template.h (the algorithm),
-csrc/tile_ops_*.c (micro-kernels); built by csrc/build_attention.py.
+csrc/tile_ops_*_template.h (micro-kernels, instantiated
+per precision by csrc/tile_ops_*.c); built by csrc/build_attention.py.
 """
 import numpy as np
 

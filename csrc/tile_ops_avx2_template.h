@@ -1,0 +1,170 @@
+/* AVX2 + FMA tile operations: a template, without include guards, included once by
+   tile_ops_avx2_f32.c and once by tile_ops_avx2_f64.c (layouts in tile_ops.h). Each file
+   first defines its precision's vocabulary:
+     real, SUFFIX(name)   float, name##_f32  or  double, name##_f64
+     vec, LANES           __m256 (8 lanes)   or  __m256d (4 lanes)
+     V_LOAD V_STORE V_SET1 V_BROADCAST V_ZERO V_FMA V_MUL V_ADD V_SUB V_MAX V_AND V_ANDNOT
+     V_CMP                the _mm256_*_ps or _mm256_*_pd intrinsics of those names
+     v_exp(x)             exp on every lane (its polynomial is the precision's own)
+     lanes_seeing(visible, j)   all-ones in the lanes whose visible count exceeds key j
+   and AVX2_FMA / INLINE_AVX2_FMA, the target attributes. Both micro-kernels are 4 × 3
+   vectors: 12 accumulators, and with 3 loaded and 1 broadcast operand all 16 ymm registers. */
+
+#define QUERY_PANEL (3 * LANES)   /* queries per panel: 24 (float32) or 12 (float64) */
+
+static int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Sᵀ (4, QUERY_PANEL) = scale · K (4 rows, d) · Qᵀ panel (d, QUERY_PANEL);
+   per step 3 loads, 4 broadcasts, 12 FMAs */
+INLINE_AVX2_FMA void qk_micro(const real *const k_rows[4], const real *qt, int64_t d, real scale,
+                              real *st)
+{
+    vec acc[4][3];
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 3; c++)
+            acc[i][c] = V_ZERO();
+    for (int64_t p = 0; p < d; p++) {
+        const vec b0 = V_LOAD(qt + p * QUERY_PANEL);
+        const vec b1 = V_LOAD(qt + p * QUERY_PANEL + LANES);
+        const vec b2 = V_LOAD(qt + p * QUERY_PANEL + 2 * LANES);
+        for (int i = 0; i < 4; i++) {
+            const vec a = V_BROADCAST(k_rows[i] + p);
+            acc[i][0] = V_FMA(a, b0, acc[i][0]);
+            acc[i][1] = V_FMA(a, b1, acc[i][1]);
+            acc[i][2] = V_FMA(a, b2, acc[i][2]);
+        }
+    }
+    const vec vscale = V_SET1(scale);
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 3; c++)
+            V_STORE(st + i * QUERY_PANEL + LANES * c, V_MUL(vscale, acc[i][c]));
+}
+
+static AVX2_FMA void qk_tile(const real *k, const int32_t *panel_keys, const real *qt,
+                             int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap)
+{
+    /* Panel outer: one Qᵀ panel (d × QUERY_PANEL) stays in L1 while the tile's keys stream past it. */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
+        const int64_t keys = panel_keys[r0 / QUERY_PANEL];
+        for (int64_t j = 0; j < keys; j += KEY_BLOCK) {
+            /* past the last key, repeat it: those Sᵀ rows are computed but never used */
+            const real *const k_rows[4] = {
+                k + min_i64(j, keys - 1) * d,     k + min_i64(j + 1, keys - 1) * d,
+                k + min_i64(j + 2, keys - 1) * d, k + min_i64(j + 3, keys - 1) * d,
+            };
+            qk_micro(k_rows, qt + r0 * d, d, scale, st + r0 * key_cap + j * QUERY_PANEL);
+        }
+    }
+}
+
+/* The online softmax of one panel of queries (see tile_ops.h). The three vectors of a key's
+   row are loaded together and give three independent exp computations. */
+INLINE_AVX2_FMA void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha)
+{
+    vec m_old[3], m_new[3], m_ref[3], sum[3];
+    for (int c = 0; c < 3; c++)
+        m_old[c] = m_new[c] = V_LOAD(m + LANES * c);
+    /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
+    for (int64_t j = 0; j < keys; j++)
+        for (int c = 0; c < 3; c++)
+            m_new[c] = V_MAX(V_LOAD(st + j * QUERY_PANEL + LANES * c), m_new[c]);
+    /* While a query has seen only −inf scores, measure from 0, so that its weights are
+       exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
+       in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
+    for (int c = 0; c < 3; c++) {
+        const vec never_finite = V_CMP(m_new[c], V_SET1(-INFINITY), _CMP_EQ_OQ);
+        m_ref[c] = V_ANDNOT(never_finite, m_new[c]);
+        sum[c] = V_ZERO();
+    }
+    for (int64_t j = 0; j < keys; j++)
+        for (int c = 0; c < 3; c++) {
+            real *s = st + j * QUERY_PANEL + LANES * c;
+            const vec p = v_exp(V_SUB(V_LOAD(s), m_ref[c]));
+            V_STORE(s, p);
+            sum[c] = V_ADD(sum[c], p);
+        }
+    for (int c = 0; c < 3; c++) {
+        const vec a = v_exp(V_SUB(m_old[c], m_ref[c]));
+        V_STORE(alpha + LANES * c, a);
+        V_STORE(l + LANES * c, V_FMA(a, V_LOAD(l + LANES * c), sum[c]));
+        V_STORE(m + LANES * c, m_new[c]);
+    }
+}
+
+static AVX2_FMA void online_softmax(real *st, int64_t key_cap, const int32_t *panel_keys,
+                                    int64_t rows_pad, real *m, real *l, real *alpha)
+{
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
+        online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0);
+}
+
+/* Oᵀ (4, QUERY_PANEL) = alpha ⊙ Oᵀ + Vᵀ (4 columns, keys) · Pᵀ panel (keys, QUERY_PANEL).
+   All the panel's queries see keys [0, shared); keys [shared, most) only reach the lanes whose
+   visible count exceeds them: there the product is masked, since 0 · NaN would be NaN. */
+INLINE_AVX2_FMA void pv_micro(const real *pt, const real *const v_cols[4], int64_t d_v,
+                              const int32_t *visible, int64_t shared, int64_t most,
+                              const real *alpha, real *ot)
+{
+    vec acc[4][3];
+    for (int c = 0; c < 3; c++) {
+        const vec a = V_LOAD(alpha + LANES * c);
+        for (int i = 0; i < 4; i++)
+            acc[i][c] = V_MUL(a, V_LOAD(ot + i * QUERY_PANEL + LANES * c));
+    }
+    for (int64_t j = 0; j < shared; j++) {
+        const vec p0 = V_LOAD(pt + j * QUERY_PANEL);
+        const vec p1 = V_LOAD(pt + j * QUERY_PANEL + LANES);
+        const vec p2 = V_LOAD(pt + j * QUERY_PANEL + 2 * LANES);
+        for (int i = 0; i < 4; i++) {
+            const vec b = V_BROADCAST(v_cols[i] + j * d_v);
+            acc[i][0] = V_FMA(p0, b, acc[i][0]);
+            acc[i][1] = V_FMA(p1, b, acc[i][1]);
+            acc[i][2] = V_FMA(p2, b, acc[i][2]);
+        }
+    }
+    for (int64_t j = shared; j < most; j++)
+        for (int c = 0; c < 3; c++) {
+            const vec sees = lanes_seeing(visible + LANES * c, j);
+            const vec p = V_LOAD(pt + j * QUERY_PANEL + LANES * c);
+            for (int i = 0; i < 4; i++) {
+                const vec pv = V_MUL(p, V_BROADCAST(v_cols[i] + j * d_v));
+                acc[i][c] = V_ADD(acc[i][c], V_AND(pv, sees));
+            }
+        }
+    for (int i = 0; i < 4; i++)
+        for (int c = 0; c < 3; c++)
+            V_STORE(ot + i * QUERY_PANEL + LANES * c, acc[i][c]);
+}
+
+static AVX2_FMA void pv_tile(const real *pt, int64_t key_cap, const int32_t *visible,
+                             const real *alpha, const real *v, int64_t d_v, int64_t rows_pad,
+                             real *ot)
+{
+    const int64_t dv_pad = (d_v + COL_BLOCK - 1) / COL_BLOCK * COL_BLOCK;
+    /* Panel outer: one Pᵀ panel (keys × QUERY_PANEL) stays in L1 while all value columns
+       stream past it. */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
+        int64_t shared = visible[r0], most = visible[r0];
+        for (int64_t r = r0 + 1; r < r0 + QUERY_PANEL; r++) {
+            shared = visible[r] < shared ? visible[r] : shared;
+            most = visible[r] > most ? visible[r] : most;
+        }
+        for (int64_t c = 0; c < d_v; c += COL_BLOCK) {
+            /* past the last column, repeat it: those Oᵀ rows are scratch, never read back */
+            const real *const v_cols[4] = {
+                v + min_i64(c, d_v - 1),     v + min_i64(c + 1, d_v - 1),
+                v + min_i64(c + 2, d_v - 1), v + min_i64(c + 3, d_v - 1),
+            };
+            pv_micro(pt + r0 * key_cap, v_cols, d_v, visible + r0, shared, most,
+                     alpha + r0, ot + r0 * dv_pad + c * QUERY_PANEL);
+        }
+    }
+}
+
+const struct SUFFIX(tile_ops) SUFFIX(tile_ops_avx2) = {
+    .isa = "avx2-fma",
+    .query_panel = QUERY_PANEL,
+    .qk_tile = qk_tile,
+    .online_softmax = online_softmax,
+    .pv_tile = pv_tile,
+};
