@@ -7,7 +7,8 @@ import kernels
 from kernels.analysis import attention_flops
 from kernels.memory import peak_extra_bytes
 
-from .common import DTYPES, KERNEL_NAMES, QUICK, SEQ_LEN_DTYPES, SEQ_LENS, median_seconds, prepare
+from .common import (DTYPES, HEADLINE_SEQ_LEN, KERNEL_NAMES, PEER, QUICK, SEQ_LEN_DTYPES, SEQ_LENS,
+                     THREAD_COUNTS, TILED, median_seconds, prepare, speedup_side_by_side)
 
 
 class _Attention:
@@ -60,7 +61,7 @@ class MultiHead(_Attention):
     """8 heads at n = 1024 and 4096, causal and full: the shape the speed goals use.
     (The report turns its times into GFLOP/s; ``Threads`` tracks GFLOP/s directly.)"""
 
-    params = [KERNEL_NAMES, [1024] if QUICK else [1024, 4096], DTYPES, [False, True]]
+    params = [KERNEL_NAMES, sorted({1024, HEADLINE_SEQ_LEN}), DTYPES, [False, True]]
     param_names = ["kernel", "seq_len", "dtype", "causal"]
     batch = 8
 
@@ -75,9 +76,9 @@ class MultiHead(_Attention):
 class Threads(_Attention):
     """Throughput at one thread and at the whole budget: how well each kernel scales."""
 
-    params = [KERNEL_NAMES, sorted({1, kernels.threads.available_cpus()})]
+    params = [KERNEL_NAMES, THREAD_COUNTS]
     param_names = ["kernel", "threads"]
-    batch, seq_len, dtype = 8, 1024 if QUICK else 4096, "float32"
+    batch, seq_len, dtype = 8, HEADLINE_SEQ_LEN, "float32"
 
     def setup(self, kernel, threads):
         self.kernel = kernel
@@ -92,6 +93,58 @@ class Threads(_Attention):
         return self.flops / median_seconds(self.call) / 1e9
 
     track_gflops.unit = "GFLOP/s"
+
+
+class PeerSpeedup(_Attention):
+    """Each tiled kernel's speed over PyTorch's attention, timed side by side (see
+    ``speedup_side_by_side``): 8 heads, full, at the headline n, both dtypes, on one
+    thread and on every CPU.  The speed goals are these ratios; MultiHead and Threads
+    give each kernel's own GFLOP/s.  Skipped when torch is not installed."""
+
+    params = [TILED, [HEADLINE_SEQ_LEN], THREAD_COUNTS, DTYPES]
+    param_names = ["kernel", "seq_len", "threads", "dtype"]
+    batch, rounds = 8, 7
+
+    def setup(self, kernel, seq_len, threads, dtype):
+        if PEER not in kernels.KERNELS:
+            raise NotImplementedError(f"{PEER} is not installed (make peers)")
+        self.kernel = kernel
+        self.previous = kernels.threads.set_budget(threads)
+        self.q, self.k, self.v = prepare(kernel, self.batch, seq_len, dtype)
+        self.peer_call()  # warm-up
+
+    def teardown(self, kernel, seq_len, threads, dtype):
+        kernels.threads.set_budget(self.previous)
+
+    def peer_call(self):
+        kernels.attention(self.q, self.k, self.v, kernel=PEER)
+
+    def track_speedup(self, kernel, seq_len, threads, dtype):
+        return speedup_side_by_side(self.peer_call, self.call, self.rounds)
+
+    track_speedup.unit = "times"
+
+
+class NumpySpeedup(_Attention):
+    """Each tiled kernel's speed over the numpy rung, timed side by side: one head, full,
+    float32, n = 8192 (quick: 2048), where numpy's n x n scores have long left the caches."""
+
+    params = [TILED, [2048 if QUICK else 8192]]
+    param_names = ["kernel", "seq_len"]
+    dtype, rounds = "float32", 5
+
+    def setup(self, kernel, seq_len):
+        self.kernel = kernel
+        self.q, self.k, self.v = prepare(kernel, self.batch, seq_len, self.dtype)
+        self.numpy_call()  # warm-up
+
+    def numpy_call(self):
+        kernels.attention(self.q, self.k, self.v, kernel="numpy")
+
+    def track_speedup(self, kernel, seq_len):
+        return speedup_side_by_side(self.numpy_call, self.call, self.rounds)
+
+    track_speedup.unit = "times"
 
 
 class MemoryWall(_Attention):

@@ -22,6 +22,10 @@ KERNEL_NAMES = list(kernels.KERNELS)
 SEQ_LENS = [64, 256, 1024, 2048, 4096] if QUICK else [2**p for p in range(6, 15)]
 DTYPES = ["float32", "float64"]
 SEQ_LEN_DTYPES = DTYPES[:1] if QUICK else DTYPES  # quick: the n-sweep in float32 only
+HEADLINE_SEQ_LEN = 1024 if QUICK else 4096  # 8 heads: the shape of the speed goals
+THREAD_COUNTS = sorted({1, kernels.threads.available_cpus()})  # one thread, and every CPU
+PEER = "torch_sdpa"  # the optional external peer (make peers)
+TILED = ["numba_tiled", "c_tiled"]
 
 
 def make_inputs(batch, seq_len, dtype, head_dim=HEAD_DIM, seed=0):
@@ -45,6 +49,23 @@ def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True):
     if warm_up:
         kernels.attention(q, k, v, kernel=kernel, causal=causal)
     return q, k, v
+
+
+def speedup_side_by_side(baseline, candidate, rounds):
+    """Median over ``rounds`` of (baseline's time ÷ candidate's time), the two calls made
+    back to back, first one and then the other going first.  On a shared machine the load
+    comes and goes within seconds; timed side by side, both calls see the same load, while
+    a ratio of two separately benchmarked times compares two different moments."""
+    calls = [("baseline", baseline), ("candidate", candidate)]
+    ratios = []
+    for round_ in range(rounds):
+        seconds = {}
+        for name, call in calls if round_ % 2 == 0 else calls[::-1]:
+            start = time.perf_counter()
+            call()
+            seconds[name] = time.perf_counter() - start
+        ratios.append(seconds["baseline"] / seconds["candidate"])
+    return float(np.median(ratios))
 
 
 def median_seconds(call, repeats=3):
