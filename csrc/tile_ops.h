@@ -4,7 +4,7 @@
 
    Tiles are held query-minor ("transposed"), so that SIMD lanes run over queries: the
    softmax statistics of 8 (or 4) queries then live in one vector and need no horizontal
-   reductions, and K and V are read straight from the inputs, never packed:
+   reductions. K is read straight from the input; V is packed once per tile (pack_v):
      qt (rows_pad / query_panel, d, query_panel)        Qᵀ of the query tile in panels;
                                                         padding queries are zero
      st (rows_pad / query_panel, key_cap, query_panel)  Sᵀ: scores, overwritten in place by
@@ -12,6 +12,8 @@
      ot (rows_pad / query_panel, dv_pad, query_panel)   Oᵀ: unnormalised output accumulator;
                                                         dv_pad = d_v rounded up to COL_BLOCK
                                                         (extra rows are scratch, never read)
+     vp (dv_pad / COL_BLOCK, key_cap, COL_BLOCK)        the V tile in blocks of COL_BLOCK
+                                                        columns, each block contiguous
      m, l, alpha (rows_pad)   per query: running max, running sum, this tile's rescale factor
    Each panel is contiguous, so a micro-kernel walks its operand linearly. rows_pad is a
    multiple of query_panel; key_cap >= keys rounded up to KEY_BLOCK.
@@ -41,9 +43,9 @@ struct tile_ops_f32 {
        (measured from 0 instead while m_new = −inf, see online_softmax_24) */
     void (*online_softmax)(float *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, float *m, float *l, float *alpha);
-    /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ, query r summing over its first visible[r] keys */
+    /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from the packed vp, query r summing over its first visible[r] keys */
     void (*pv_tile)(const float *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
-                    const float *v, int64_t d_v, int64_t rows_pad, float *ot);
+                    const float *vp, int64_t d_v, int64_t rows_pad, float *ot);
 };
 
 struct tile_ops_f64 {
@@ -54,7 +56,7 @@ struct tile_ops_f64 {
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, double *m, double *l, double *alpha);
     void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
-                    const double *v, int64_t d_v, int64_t rows_pad, double *ot);
+                    const double *vp, int64_t d_v, int64_t rows_pad, double *ot);
 };
 
 extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32;

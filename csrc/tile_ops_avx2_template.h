@@ -98,10 +98,11 @@ static AVX2_FMA void online_softmax(real *st, int64_t key_cap, const int32_t *pa
         online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0);
 }
 
-/* Oᵀ (4, QUERY_PANEL) = alpha ⊙ Oᵀ + Vᵀ (4 columns, keys) · Pᵀ panel (keys, QUERY_PANEL).
+/* Oᵀ (4, QUERY_PANEL) = alpha ⊙ Oᵀ + Vᵀ (4 columns, keys) · Pᵀ panel (keys, QUERY_PANEL), with
+   vp the packed block (keys, 4) of those value columns.
    All the panel's queries see keys [0, shared); keys [shared, most) only reach the lanes whose
    visible count exceeds them: there the product is masked, since 0 · NaN would be NaN. */
-INLINE_AVX2_FMA void pv_micro(const real *pt, const real *const v_cols[4], int64_t d_v,
+INLINE_AVX2_FMA void pv_micro(const real *pt, const real *vp,
                               const int32_t *visible, int64_t shared, int64_t most,
                               const real *alpha, real *ot)
 {
@@ -116,7 +117,7 @@ INLINE_AVX2_FMA void pv_micro(const real *pt, const real *const v_cols[4], int64
         const vec p1 = V_LOAD(pt + j * QUERY_PANEL + LANES);
         const vec p2 = V_LOAD(pt + j * QUERY_PANEL + 2 * LANES);
         for (int i = 0; i < 4; i++) {
-            const vec b = V_BROADCAST(v_cols[i] + j * d_v);
+            const vec b = V_BROADCAST(vp + j * COL_BLOCK + i);
             acc[i][0] = V_FMA(p0, b, acc[i][0]);
             acc[i][1] = V_FMA(p1, b, acc[i][1]);
             acc[i][2] = V_FMA(p2, b, acc[i][2]);
@@ -127,7 +128,7 @@ INLINE_AVX2_FMA void pv_micro(const real *pt, const real *const v_cols[4], int64
             const vec sees = lanes_seeing(visible + LANES * c, j);
             const vec p = V_LOAD(pt + j * QUERY_PANEL + LANES * c);
             for (int i = 0; i < 4; i++) {
-                const vec pv = V_MUL(p, V_BROADCAST(v_cols[i] + j * d_v));
+                const vec pv = V_MUL(p, V_BROADCAST(vp + j * COL_BLOCK + i));
                 acc[i][c] = V_ADD(acc[i][c], V_AND(pv, sees));
             }
         }
@@ -137,7 +138,7 @@ INLINE_AVX2_FMA void pv_micro(const real *pt, const real *const v_cols[4], int64
 }
 
 static AVX2_FMA void pv_tile(const real *pt, int64_t key_cap, const int32_t *visible,
-                             const real *alpha, const real *v, int64_t d_v, int64_t rows_pad,
+                             const real *alpha, const real *vp, int64_t d_v, int64_t rows_pad,
                              real *ot)
 {
     const int64_t dv_pad = (d_v + COL_BLOCK - 1) / COL_BLOCK * COL_BLOCK;
@@ -149,15 +150,9 @@ static AVX2_FMA void pv_tile(const real *pt, int64_t key_cap, const int32_t *vis
             shared = visible[r] < shared ? visible[r] : shared;
             most = visible[r] > most ? visible[r] : most;
         }
-        for (int64_t c = 0; c < d_v; c += COL_BLOCK) {
-            /* past the last column, repeat it: those Oᵀ rows are scratch, never read back */
-            const real *const v_cols[4] = {
-                v + min_i64(c, d_v - 1),     v + min_i64(c + 1, d_v - 1),
-                v + min_i64(c + 2, d_v - 1), v + min_i64(c + 3, d_v - 1),
-            };
-            pv_micro(pt + r0 * key_cap, v_cols, d_v, visible + r0, shared, most,
+        for (int64_t c = 0; c < d_v; c += COL_BLOCK)
+            pv_micro(pt + r0 * key_cap, vp + c * key_cap, visible + r0, shared, most,
                      alpha + r0, ot + r0 * dv_pad + c * QUERY_PANEL);
-        }
     }
 }
 

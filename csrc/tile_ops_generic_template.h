@@ -51,9 +51,9 @@ static void SUFFIX(online_softmax_generic)(real *st, int64_t key_cap, const int3
     }
 }
 
-/* Oᵀ (dv_pad, rows_pad) = alpha ⊙ Oᵀ + Vᵀ (d_v, keys) · Pᵀ (keys, rows_pad) */
+/* Oᵀ (dv_pad, rows_pad) = alpha ⊙ Oᵀ + Vᵀ (d_v, keys) · Pᵀ (keys, rows_pad), V packed (tile_ops.h) */
 static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32_t *visible,
-                                    const real *alpha, const real *v, int64_t d_v,
+                                    const real *alpha, const real *vp, int64_t d_v,
                                     int64_t rows_pad, real *ot)
 {
     const int64_t dv_pad = (d_v + COL_BLOCK - 1) / COL_BLOCK * COL_BLOCK;
@@ -62,9 +62,10 @@ static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32
         const real *p = pt + panel * key_cap * GENERIC_QUERY_PANEL + lane;   /* p[j * PANEL] */
         real *o = ot + panel * dv_pad * GENERIC_QUERY_PANEL + lane;          /* o[c * PANEL] */
         for (int64_t c = 0; c < d_v; c++) {
+            const real *vc = vp + (c / COL_BLOCK) * key_cap * COL_BLOCK + c % COL_BLOCK;   /* vc[j * COL_BLOCK] */
             real acc = alpha[r] * o[c * GENERIC_QUERY_PANEL];
             for (int64_t j = 0; j < visible[r]; j++)
-                acc += p[j * GENERIC_QUERY_PANEL] * v[j * d_v + c];
+                acc += p[j * GENERIC_QUERY_PANEL] * vc[j * COL_BLOCK];
             o[c * GENERIC_QUERY_PANEL] = acc;
         }
     }
