@@ -13,19 +13,8 @@
 #define SUFFIX(name) name##_f32
 #define vec __m256
 #define LANES 8
-#define V_LOAD _mm256_load_ps
-#define V_STORE _mm256_store_ps
-#define V_SET1 _mm256_set1_ps
+#define V(op) _mm256_##op##_ps
 #define V_BROADCAST _mm256_broadcast_ss
-#define V_ZERO _mm256_setzero_ps
-#define V_FMA _mm256_fmadd_ps
-#define V_MUL _mm256_mul_ps
-#define V_ADD _mm256_add_ps
-#define V_SUB _mm256_sub_ps
-#define V_MAX _mm256_max_ps
-#define V_AND _mm256_and_ps
-#define V_ANDNOT _mm256_andnot_ps
-#define V_CMP _mm256_cmp_ps
 
 /* exp(x) on 8 lanes, within 2 ulp for x in [−87.3, 88]: x = k·ln2 + r with |r| <= ln2/2,
    exp(x) = 2^k · p(r), p a degree-5 near-minimax polynomial (Chebyshev fit, error < 2 eps).

@@ -13,19 +13,8 @@
 #define SUFFIX(name) name##_f64
 #define vec __m256d
 #define LANES 4
-#define V_LOAD _mm256_load_pd
-#define V_STORE _mm256_store_pd
-#define V_SET1 _mm256_set1_pd
+#define V(op) _mm256_##op##_pd
 #define V_BROADCAST _mm256_broadcast_sd
-#define V_ZERO _mm256_setzero_pd
-#define V_FMA _mm256_fmadd_pd
-#define V_MUL _mm256_mul_pd
-#define V_ADD _mm256_add_pd
-#define V_SUB _mm256_sub_pd
-#define V_MAX _mm256_max_pd
-#define V_AND _mm256_and_pd
-#define V_ANDNOT _mm256_andnot_pd
-#define V_CMP _mm256_cmp_pd
 
 /* exp(x) on 4 lanes, within an ulp for x in [−708.3, 709]: as v_exp in the float32 file,
    with a degree-11 polynomial (Chebyshev fit, error < 1 eps), rounding by adding

@@ -3,8 +3,8 @@
    first defines its precision's vocabulary:
      real, SUFFIX(name)   float, name##_f32  or  double, name##_f64
      vec, LANES           __m256 (8 lanes)   or  __m256d (4 lanes)
-     V_LOAD V_STORE V_SET1 V_BROADCAST V_ZERO V_FMA V_MUL V_ADD V_SUB V_MAX V_AND V_ANDNOT
-     V_CMP                the _mm256_*_ps or _mm256_*_pd intrinsics of those names
+     V(op)                the intrinsic _mm256_<op>_ps or _mm256_<op>_pd
+     V_BROADCAST          _mm256_broadcast_ss or _mm256_broadcast_sd
      v_exp(x)             exp on every lane (its polynomial is the precision's own)
      lanes_seeing(visible, j)   all-ones in the lanes whose visible count exceeds key j
    and AVX2_FMA / INLINE_AVX2_FMA, the target attributes. Both micro-kernels are 4 × 3
@@ -22,22 +22,22 @@ INLINE_AVX2_FMA void qk_micro(const real *const k_rows[4], const real *qt, int64
     vec acc[4][3];
     for (int i = 0; i < 4; i++)
         for (int c = 0; c < 3; c++)
-            acc[i][c] = V_ZERO();
+            acc[i][c] = V(setzero)();
     for (int64_t p = 0; p < d; p++) {
-        const vec b0 = V_LOAD(qt + p * QUERY_PANEL);
-        const vec b1 = V_LOAD(qt + p * QUERY_PANEL + LANES);
-        const vec b2 = V_LOAD(qt + p * QUERY_PANEL + 2 * LANES);
+        const vec b0 = V(load)(qt + p * QUERY_PANEL);
+        const vec b1 = V(load)(qt + p * QUERY_PANEL + LANES);
+        const vec b2 = V(load)(qt + p * QUERY_PANEL + 2 * LANES);
         for (int i = 0; i < 4; i++) {
             const vec a = V_BROADCAST(k_rows[i] + p);
-            acc[i][0] = V_FMA(a, b0, acc[i][0]);
-            acc[i][1] = V_FMA(a, b1, acc[i][1]);
-            acc[i][2] = V_FMA(a, b2, acc[i][2]);
+            acc[i][0] = V(fmadd)(a, b0, acc[i][0]);
+            acc[i][1] = V(fmadd)(a, b1, acc[i][1]);
+            acc[i][2] = V(fmadd)(a, b2, acc[i][2]);
         }
     }
-    const vec vscale = V_SET1(scale);
+    const vec vscale = V(set1)(scale);
     for (int i = 0; i < 4; i++)
         for (int c = 0; c < 3; c++)
-            V_STORE(st + i * QUERY_PANEL + LANES * c, V_MUL(vscale, acc[i][c]));
+            V(store)(st + i * QUERY_PANEL + LANES * c, V(mul)(vscale, acc[i][c]));
 }
 
 static AVX2_FMA void qk_tile(const real *k, const int32_t *panel_keys, const real *qt,
@@ -63,31 +63,31 @@ INLINE_AVX2_FMA void online_softmax_panel(real *st, int64_t keys, real *m, real 
 {
     vec m_old[3], m_new[3], m_ref[3], sum[3];
     for (int c = 0; c < 3; c++)
-        m_old[c] = m_new[c] = V_LOAD(m + LANES * c);
+        m_old[c] = m_new[c] = V(load)(m + LANES * c);
     /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
     for (int64_t j = 0; j < keys; j++)
         for (int c = 0; c < 3; c++)
-            m_new[c] = V_MAX(V_LOAD(st + j * QUERY_PANEL + LANES * c), m_new[c]);
+            m_new[c] = V(max)(V(load)(st + j * QUERY_PANEL + LANES * c), m_new[c]);
     /* While a query has seen only −inf scores, measure from 0, so that its weights are
        exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
        in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
     for (int c = 0; c < 3; c++) {
-        const vec never_finite = V_CMP(m_new[c], V_SET1(-INFINITY), _CMP_EQ_OQ);
-        m_ref[c] = V_ANDNOT(never_finite, m_new[c]);
-        sum[c] = V_ZERO();
+        const vec never_finite = V(cmp)(m_new[c], V(set1)(-INFINITY), _CMP_EQ_OQ);
+        m_ref[c] = V(andnot)(never_finite, m_new[c]);
+        sum[c] = V(setzero)();
     }
     for (int64_t j = 0; j < keys; j++)
         for (int c = 0; c < 3; c++) {
             real *s = st + j * QUERY_PANEL + LANES * c;
-            const vec p = v_exp(V_SUB(V_LOAD(s), m_ref[c]));
-            V_STORE(s, p);
-            sum[c] = V_ADD(sum[c], p);
+            const vec p = v_exp(V(sub)(V(load)(s), m_ref[c]));
+            V(store)(s, p);
+            sum[c] = V(add)(sum[c], p);
         }
     for (int c = 0; c < 3; c++) {
-        const vec a = v_exp(V_SUB(m_old[c], m_ref[c]));
-        V_STORE(alpha + LANES * c, a);
-        V_STORE(l + LANES * c, V_FMA(a, V_LOAD(l + LANES * c), sum[c]));
-        V_STORE(m + LANES * c, m_new[c]);
+        const vec a = v_exp(V(sub)(m_old[c], m_ref[c]));
+        V(store)(alpha + LANES * c, a);
+        V(store)(l + LANES * c, V(fmadd)(a, V(load)(l + LANES * c), sum[c]));
+        V(store)(m + LANES * c, m_new[c]);
     }
 }
 
@@ -108,33 +108,33 @@ INLINE_AVX2_FMA void pv_micro(const real *pt, const real *vp,
 {
     vec acc[4][3];
     for (int c = 0; c < 3; c++) {
-        const vec a = V_LOAD(alpha + LANES * c);
+        const vec a = V(load)(alpha + LANES * c);
         for (int i = 0; i < 4; i++)
-            acc[i][c] = V_MUL(a, V_LOAD(ot + i * QUERY_PANEL + LANES * c));
+            acc[i][c] = V(mul)(a, V(load)(ot + i * QUERY_PANEL + LANES * c));
     }
     for (int64_t j = 0; j < shared; j++) {
-        const vec p0 = V_LOAD(pt + j * QUERY_PANEL);
-        const vec p1 = V_LOAD(pt + j * QUERY_PANEL + LANES);
-        const vec p2 = V_LOAD(pt + j * QUERY_PANEL + 2 * LANES);
+        const vec p0 = V(load)(pt + j * QUERY_PANEL);
+        const vec p1 = V(load)(pt + j * QUERY_PANEL + LANES);
+        const vec p2 = V(load)(pt + j * QUERY_PANEL + 2 * LANES);
         for (int i = 0; i < 4; i++) {
             const vec b = V_BROADCAST(vp + j * COL_BLOCK + i);
-            acc[i][0] = V_FMA(p0, b, acc[i][0]);
-            acc[i][1] = V_FMA(p1, b, acc[i][1]);
-            acc[i][2] = V_FMA(p2, b, acc[i][2]);
+            acc[i][0] = V(fmadd)(p0, b, acc[i][0]);
+            acc[i][1] = V(fmadd)(p1, b, acc[i][1]);
+            acc[i][2] = V(fmadd)(p2, b, acc[i][2]);
         }
     }
     for (int64_t j = shared; j < most; j++)
         for (int c = 0; c < 3; c++) {
             const vec sees = lanes_seeing(visible + LANES * c, j);
-            const vec p = V_LOAD(pt + j * QUERY_PANEL + LANES * c);
+            const vec p = V(load)(pt + j * QUERY_PANEL + LANES * c);
             for (int i = 0; i < 4; i++) {
-                const vec pv = V_MUL(p, V_BROADCAST(vp + j * COL_BLOCK + i));
-                acc[i][c] = V_ADD(acc[i][c], V_AND(pv, sees));
+                const vec pv = V(mul)(p, V_BROADCAST(vp + j * COL_BLOCK + i));
+                acc[i][c] = V(add)(acc[i][c], V(and)(pv, sees));
             }
         }
     for (int i = 0; i < 4; i++)
         for (int c = 0; c < 3; c++)
-            V_STORE(ot + i * QUERY_PANEL + LANES * c, acc[i][c]);
+            V(store)(ot + i * QUERY_PANEL + LANES * c, acc[i][c]);
 }
 
 static AVX2_FMA void pv_tile(const real *pt, int64_t key_cap, const int32_t *visible,
