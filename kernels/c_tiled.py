@@ -2,13 +2,14 @@
 
 The idea it adds over the ``numba_tiled`` rung: the same algorithm (query tiles walk
 over key tiles keeping the running row maximum m, sum l and a rescaled accumulator O;
-the n_q x n_k scores never exist) written the way a small GEMM library is written.
-Tiles are held transposed, queries along the SIMD lanes: each query tile's Qᵀ is packed
-once into panels of 24 queries (12 in float64), K is read in place, each V tile is
-packed into contiguous blocks of 4 columns, and two register-blocked AVX2/FMA
-micro-kernels of the same 4 x 24 shape compute Sᵀ = scale · K Qᵀ and
-Oᵀ = alpha · Oᵀ + Vᵀ Pᵀ; between them the online softmax runs down the columns with a
-vectorised polynomial exp, so a query's max and sum never need a horizontal reduction.
+the n_q x n_k scores never exist) and the same transposed, register-blocked tiles, but
+written by hand the way a small GEMM library is written, with nothing left to a
+compiler's judgement: each query tile's Qᵀ is packed once into panels of 24 queries
+(12 in float64), K is read in place, each V tile is packed into contiguous blocks of
+4 columns, two AVX2/FMA intrinsic micro-kernels of the same 4 x 24 shape compute
+Sᵀ = scale · K Qᵀ and Oᵀ = alpha · Oᵀ + Vᵀ Pᵀ, and between them the online softmax runs
+down the columns with a 2-ulp polynomial exp, so a query's max and sum never need a
+horizontal reduction.
 OpenMP spreads (batch·head, query tile) pairs over the threads, heaviest causal tiles
 first, and the call runs without the GIL (cffi API mode).  The SIMD path is chosen at run
 time (``isa``/``use_isa``); a portable C path serves CPUs without AVX2 + FMA.

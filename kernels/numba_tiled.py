@@ -2,22 +2,30 @@
 
 The idea it adds over the ``numpy`` rung: the n_q x n_k score matrix is never
 materialised.  Queries are cut into tiles of TILE_Q rows and keys into tiles of
-TILE_K; each query tile walks over the key tiles keeping, per row, the running
-maximum ``m`` and the running sum ``l`` of the softmax and an accumulator ``acc``
-of weighted values (flash-attention style):
+TILE_K; each query tile walks over the key tiles keeping, per query, the running
+maximum ``m`` and the running sum ``l`` of the softmax and an accumulator ``O`` of
+weighted values (flash-attention style):
 
-    S = scale * Q_tile K_tileᵀ                    (qk_tile)
-    m_new = max(m, rowmax(S)),  P = exp(S - m_new) (online_softmax)
-    l = l * exp(m - m_new) + rowsum(P)
-    acc = acc * exp(m - m_new) + P V_tile          (pv_tile)
-    out = acc / l                                  after the last key tile
+    S = Q_tile K_tileᵀ                                            (qk_tile)
+    m_new = max(m, rowmax S),  P = exp(scale · (S - m_new)),
+    alpha = exp(scale · (m - m_new)),  l = alpha · l + rowsum P    (online_softmax)
+    O = alpha · O + P V_tile                                      (pv_tile)
+    out = O / l                                                   after the last key tile
 
 One ``prange`` runs over every (batch·head, query tile) pair, so both cores share
 the work even for a single head.  What makes it fast on a CPU without SVML:
 
-- both products are 4 x 2 register blocks of dot products (``dot_4x2``) whose
-  contraction runs over contiguous memory (Q and K rows; P rows and the rows of
-  a transposed V tile), so LLVM emits FMA vector loops;
+- the tiles are stored transposed, one query per column (Qᵀ, Sᵀ = Pᵀ, Oᵀ), so that
+  all three steps are vectorised across queries and K is read in place (V through
+  a copy of its tile, zero-padded to whole register blocks);
+- both products are register-blocked outer products: BLOCK_ROWS keys (or value
+  columns) times one panel of BLOCK_VECTORS SIMD vectors of queries, 12 vector
+  accumulators summed over d (or over the keys) without leaving the registers.
+  Numba cannot say "keep these in registers", and its loop vectoriser would rather
+  sum along the contraction and pay a horizontal reduction per score (it runs no
+  SLP vectoriser).  So the block is a small array on the stack (``register_block``),
+  which LLVM promotes to registers because nothing else can point into it, and
+  each update is one explicit SIMD fused multiply-add (``fma_vector``);
 - the exponential is ``exp2``, a polynomial plus an exponent-field shift that LLVM
   vectorises, applied to (S - m) · scale · log2(e);
 - no NumPy/BLAS call inside the parallel loop: OpenBLAS would start its own
@@ -26,31 +34,38 @@ the work even for a single head.  What makes it fast on a CPU without SVML:
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
 float32 or float64; B is batch and heads flattened.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
-extra memory O(threads · tile · (tile + d + d_v)), independent of n: per-task
+extra memory O(threads · TILE_Q · (TILE_K + d + d_v)), independent of n: per-task
 scratch tiles only.
-Causal: query i sees keys j <= i + (n_k - n_q); key tiles a query tile cannot
-see are skipped, and on tiles crossing the diagonal each row stops at its own last
-key (no -inf masking pass).  Query tiles are interleaved light/heavy across tasks.
+Causal: query i sees keys j <= i + (n_k - n_q).  Key tiles a query tile cannot see
+are skipped; on a tile crossing the diagonal a key a query does not see gets the
+score -inf and stays out of that query's P V, so that not even 0 · NaN reaches it.
+Query tiles are interleaved light/heavy across tasks.
 """
 import math
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, types
-from numba.extending import overload
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
+from numba.np.arrayobj import make_array
 
 from .threads import budget
 
-TILE_Q = 128  # query rows per parallel task (a multiple of 4)
-TILE_K = 64  # keys per step of the online softmax (a multiple of 2)
-# The tile loops read their bounds from the arrays rather than from these constants:
-# with constant trip counts LLVM unrolls the inlined micro-kernels and the compile
-# time triples.
+VECTOR_BYTES = 32  # one AVX2 register; on narrower CPUs LLVM splits each vector operation
+BLOCK_ROWS = 4  # register block: keys (qk_tile) or value columns (pv_tile) ...
+BLOCK_VECTORS = 3  # ... times a panel of this many vectors of queries: 12 of 16 registers
+# A panel is 24 float32 or 12 float64 queries.
+TILE_Q = 120  # query rows per parallel task (a multiple of both panels)
+TILE_K = 64  # keys per step of the online softmax (a multiple of BLOCK_ROWS)
 
 # No 'nnan'/'ninf': masked scores are -inf and NaN in the inputs must propagate.
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 # IEEE division (x / 0 -> inf or NaN) instead of Python's ZeroDivisionError.
 JIT_OPTIONS = {"fastmath": FASTMATH, "error_model": "numpy", "cache": True}
+# Helpers called only from compiled code need no Python entry point: less to compile.
+INTERNAL = dict(JIT_OPTIONS, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 LOG2_E = 1.0 / math.log(2.0)
 
 
@@ -71,7 +86,9 @@ def _exp2_overload(t):
     """Branch-free 2**t that LLVM can vectorise (no libm call, no SVML here).
 
     t = k + f with k = rint(t), |f| <= 1/2; 2**f is a polynomial and 2**k is built
-    directly in the exponent field.  Within 1 ulp for results in the normal range;
+    directly in the exponent field, from the bits of k + 1.5·2**mantissa_bits, which
+    hold k in the low mantissa bits: integer lanes do the rest, since AVX2 cannot
+    convert float64 to int64 lanes.  Within 1 ulp for results in the normal range;
     t < min_exponent (and -inf) gives 0, t >= max_exponent - 1/2 gives inf, NaN
     stays NaN (the clamps are written so that a NaN compares false and passes
     through).  Attention only calls it with t <= 0.
@@ -86,6 +103,7 @@ def _exp2_overload(t):
     leading, rest = coefficients[0], coefficients[1:]
     min_exponent = float_type(1 - bias)  # 2**k stays a normal number
     max_exponent = float_type(bias + 1)  # k = bias + 1 is the inf exponent field
+    magic = float_type(1.5 * 2.0**mantissa_bits)
     zero = float_type(0.0)
     inf = float_type(np.inf)
 
@@ -97,7 +115,7 @@ def _exp2_overload(t):
         p = leading
         for c in rest:
             p = p * f + c
-        scale = int_type((int_type(k) + bias) << mantissa_bits).view(float_type)
+        scale = int_type((float_type(k + magic).view(int_type) + bias) << mantissa_bits).view(float_type)
         result = p * scale
         result = zero if t < min_exponent else result
         return inf if t > max_exponent else result
@@ -105,128 +123,206 @@ def _exp2_overload(t):
     return exp2_impl
 
 
-@njit(**JIT_OPTIONS)
-def dot_4x2(a0, a1, a2, a3, b0, b1, length):
-    """The 4 x 2 dot products a_i[:length] · b_j[:length] of four rows a_i and two
-    rows b_j, returned row by row.  Eight running sums stay in registers while the
-    contraction runs over contiguous memory, which LLVM turns into FMA vector loops.
+def _panel(scalar_type):
+    """Queries per panel: BLOCK_VECTORS SIMD vectors of ``scalar_type``."""
+    return BLOCK_VECTORS * VECTOR_BYTES * 8 // scalar_type.bitwidth
+
+
+def panel_width(dtype):
+    """Queries per panel for ``dtype`` (a compile-time constant); compiled code only."""
+    raise NotImplementedError("panel_width is only callable from jitted code")
+
+
+@overload(panel_width)
+def _panel_width_overload(dtype):
+    width = _panel(dtype.dtype)
+    return lambda dtype: width
+
+
+@intrinsic
+def register_block(typingctx, dtype):
+    """A (BLOCK_ROWS, panel_width(dtype)) C array of ``dtype`` on the stack.
+
+    No pointer to it escapes, so LLVM knows that no other load or store can touch
+    it and keeps a block that a loop updates in registers for the whole loop.
     """
-    zero = a0.dtype.type(0.0)
-    s00 = s01 = s10 = s11 = s20 = s21 = s30 = s31 = zero
-    for x in range(length):
-        s00 += a0[x] * b0[x]
-        s01 += a0[x] * b1[x]
-        s10 += a1[x] * b0[x]
-        s11 += a1[x] * b1[x]
-        s20 += a2[x] * b0[x]
-        s21 += a2[x] * b1[x]
-        s30 += a3[x] * b0[x]
-        s31 += a3[x] * b1[x]
-    return s00, s01, s10, s11, s20, s21, s30, s31
+    array_type = types.Array(dtype.dtype, 2, "C")
+    cols = _panel(dtype.dtype)
+
+    def codegen(context, builder, signature, args):
+        element = context.get_value_type(dtype.dtype)
+        itemsize = context.get_abi_sizeof(element)
+        intp = context.get_value_type(types.intp)
+        block = make_array(array_type)(context, builder)
+        context.populate_array(
+            block,
+            data=cgutils.alloca_once(builder, element, size=BLOCK_ROWS * cols),
+            shape=[intp(BLOCK_ROWS), intp(cols)],
+            strides=[intp(cols * itemsize), intp(itemsize)],
+            itemsize=intp(itemsize),
+            meminfo=None,
+        )
+        return block._getvalue()
+
+    return array_type(dtype), codegen
 
 
-@njit(**JIT_OPTIONS)
-def qk_tile(q_tile, k, j0, scores):
-    """scores = q_tile @ k[j0 : j0 + TILE_K]ᵀ: q_tile (rows, d) with rows a multiple of
-    4, k (n_k, d) the keys of one head, scores (rows, TILE_K).  Columns past n_k repeat the last key (their
-    scores are never read), so every block is full."""
-    tile_q, tile_k = scores.shape
-    d = q_tile.shape[1]
+@intrinsic
+def fma_vector(typingctx, acc, i, a, x, j):
+    """acc[i : i + lanes] += a · x[j : j + lanes] as one SIMD fused multiply-add,
+    lanes = VECTOR_BYTES / itemsize; acc and x are C-contiguous 1-D arrays and a is
+    a scalar, all of one dtype.  No bounds check: callers stay inside their panels."""
+    if not (
+        isinstance(acc, types.Array) and isinstance(x, types.Array)
+        and acc.ndim == x.ndim == 1 and acc.layout == x.layout == "C"
+        and acc.dtype == x.dtype == a
+    ):
+        return None
+    lanes = VECTOR_BYTES * 8 // a.bitwidth
+
+    def codegen(context, builder, signature, args):
+        acc_value, i_value, a_value, x_value, j_value = args
+        element = context.get_value_type(a)
+        vector = ir.VectorType(element, lanes)
+        align = context.get_abi_sizeof(element)
+
+        def vector_at(array_type, array_value, index):
+            data = make_array(array_type)(context, builder, array_value).data
+            return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
+
+        acc_address = vector_at(acc, acc_value, i_value)
+        x_vector = builder.load(vector_at(x, x_value, j_value), align=align)
+        a_vector = builder.insert_element(ir.Constant(vector, None), a_value, ir.Constant(ir.IntType(32), 0))
+        a_vector = builder.shuffle_vector(a_vector, a_vector, ir.Constant(ir.VectorType(ir.IntType(32), lanes), None))
+        product = builder.fmul(a_vector, x_vector, flags=["contract"])
+        total = builder.fadd(builder.load(acc_address, align=align), product, flags=["contract"])
+        builder.store(total, acc_address, align=align)
+        return context.get_dummy_value()
+
+    return types.none(acc, i, a, x, j), codegen
+
+
+@njit(**INTERNAL)
+def qk_tile(qt, k, j0, visible, st):
+    """Sᵀ = K_tile Qᵀ: st[j, i] = k[j0 + j] · qt[:, i].
+
+    qt (d, rows) holds the query tile transposed, rows a multiple of the panel
+    width; k (n_k, d) the keys of one head; st (TILE_K, rows).  visible (rows,) is
+    non-decreasing, and a panel computes the keys its last query sees, rounded up to
+    BLOCK_ROWS (keys past n_k repeat the last one; such scores are never read).
+    Key blocks are the outer loop: their BLOCK_ROWS rows of K stay in L1 while the
+    panels of Qᵀ stream past (float64: 10% faster than panels outer).
+    """
+    block = register_block(qt.dtype)
+    panel = block.shape[1]
+    lanes = panel // BLOCK_VECTORS
+    d, rows = qt.shape
     last_key = k.shape[0] - 1
-    for row in range(0, tile_q, 4):
-        q0, q1, q2, q3 = q_tile[row], q_tile[row + 1], q_tile[row + 2], q_tile[row + 3]
-        for col in range(0, tile_k, 2):
-            s00, s01, s10, s11, s20, s21, s30, s31 = dot_4x2(
-                q0, q1, q2, q3, k[min(j0 + col, last_key)], k[min(j0 + col + 1, last_key)], d)
-            scores[row, col], scores[row, col + 1] = s00, s01
-            scores[row + 1, col], scores[row + 1, col + 1] = s10, s11
-            scores[row + 2, col], scores[row + 2, col + 1] = s20, s21
-            scores[row + 3, col], scores[row + 3, col + 1] = s30, s31
-
-
-@njit(**JIT_OPTIONS)
-def online_softmax(scores, n_keys, log2_scale, m, l, acc):
-    """One online-softmax step over a tile of unscaled scores S = Q Kᵀ, in place.
-
-    scores (rows, TILE_K) becomes P = 2**((S - m_new) · log2_scale) on the first
-    n_keys[r] columns of row r (the keys row r sees; the rest is left untouched).
-    m, l (rows,) are the running max and sum, acc (rows, d_v) is rescaled.
-    Scaling after the max subtraction keeps large logits accurate: S - m is exact
-    for the scores that matter, and only that small difference is rounded again.
-    """
-    neg_inf = scores.dtype.type(-np.inf)
-    zero = scores.dtype.type(0.0)
-    for r in range(scores.shape[0]):
-        n = n_keys[r]
-        if n == 0:
-            continue
-        row = scores[r]
-        # m = rowmax(S); a NaN score is skipped here and poisons the row through P.
-        m_new = m[r]
-        for j in range(n):
-            m_new = row[j] if row[j] > m_new else m_new
-        # While every score seen is -inf (m_new = -inf) shift by 0, so that P = 0
-        # rather than exp(-inf + inf) = NaN.
-        shift = zero if m_new == neg_inf else m_new
-        # alpha rescales what earlier tiles summed; before any finite score there is
-        # nothing to rescale, and (-inf - shift) · 0 would be NaN when scale = 0.
-        alpha = zero if m[r] == neg_inf else exp2((m[r] - shift) * log2_scale)
-        row_sum = zero
-        for j in range(n):
-            p = exp2((row[j] - shift) * log2_scale)
-            row[j] = p
-            row_sum += p
-        l[r] = l[r] * alpha + row_sum
-        m[r] = m_new
-        if alpha != 1:
-            acc_row = acc[r]
-            for c in range(acc_row.size):
-                acc_row[c] *= alpha
-
-
-@njit(**JIT_OPTIONS)
-def pv_tile(p, v_tile_t, n_keys, acc):
-    """acc += P @ V_tile, row r summing over exactly its n_keys[r] visible keys.
-
-    p (rows, TILE_K), v_tile_t (d_v rounded up to 2, TILE_K) = V_tileᵀ,
-    acc (rows, d_v rounded up to 2), rows a multiple of 4.  n_keys is non-decreasing down the tile, so a
-    block of rows shares the keys of its first row; the few extra keys of the later
-    rows on a diagonal tile are added one row at a time.  A key is never skipped for
-    a small weight: 0 * NaN in V must still give NaN.
-    """
-    tile_q, width = acc.shape
-    for row in range(0, tile_q, 4):
-        shared = n_keys[row]
-        if shared > 0:
-            p0, p1, p2, p3 = p[row], p[row + 1], p[row + 2], p[row + 3]
-            for col in range(0, width, 2):
-                s00, s01, s10, s11, s20, s21, s30, s31 = dot_4x2(
-                    p0, p1, p2, p3, v_tile_t[col], v_tile_t[col + 1], shared)
-                acc[row, col] += s00
-                acc[row, col + 1] += s01
-                acc[row + 1, col] += s10
-                acc[row + 1, col + 1] += s11
-                acc[row + 2, col] += s20
-                acc[row + 2, col + 1] += s21
-                acc[row + 3, col] += s30
-                acc[row + 3, col + 1] += s31
-        for r in range(row, row + 4):
-            acc_row = acc[r]
-            for j in range(shared, n_keys[r]):
-                weight = p[r, j]
-                for c in range(width):
-                    acc_row[c] += weight * v_tile_t[c, j]
+    for j in range(0, visible[rows - 1], BLOCK_ROWS):
+        for i0 in range(0, rows, panel):
+            if j >= visible[i0 + panel - 1]:
+                continue
+            block[:] = 0
+            for p in range(d):
+                q_row = qt[p]
+                for r in range(BLOCK_ROWS):
+                    key = k[min(j0 + j + r, last_key), p]
+                    for u in range(0, panel, lanes):
+                        fma_vector(block[r], u, key, q_row, i0 + u)
+            for r in range(BLOCK_ROWS):
+                st_row = st[j + r, i0 : i0 + panel]
+                for u in range(panel):
+                    st_row[u] = block[r, u]
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
-def pack_values(v, j0, n_valid, v_tile_t):
-    """v_tile_t[:d_v, :n_valid] = v[j0 : j0 + n_valid]ᵀ, so that P @ V contracts over
-    contiguous memory.  v_tile_t (d_v rounded up to 2, TILE_K); columns past n_valid
-    are never read, and the padding row stays as allocated (zeros)."""
-    for c in range(v.shape[1]):
-        v_row = v_tile_t[c]
-        for j in range(n_valid):
-            v_row[j] = v[j0 + j, c]
+def mask_causal(st, visible, keys):
+    """st[j, i] = -inf for the keys visible[i] <= j < keys that query i must not see."""
+    neg_inf = st.dtype.type(-np.inf)
+    for i in range(visible.size):
+        for j in range(visible[i], keys):
+            st[j, i] = neg_inf
+
+
+@njit(**INTERNAL)
+def online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift):
+    """One online-softmax step over a tile of unscaled scores Sᵀ = K Qᵀ, in place.
+
+    st (TILE_K, rows): its first ``keys`` rows become P = 2**((S - m_new) · log2_scale),
+    log2_scale > 0 (masked scores are -inf and give 0).  m, l (rows,) are the running
+    max and sum; alpha (rows,) receives the factor that rescales what earlier tiles
+    summed; m_new and shift (rows,) are scratch.  Every loop runs across queries,
+    which LLVM vectorises.  Scaling after the max subtraction keeps large logits
+    accurate: S - m is exact for the scores that matter, and only that small
+    difference is rounded.
+    """
+    neg_inf = st.dtype.type(-np.inf)
+    zero = st.dtype.type(0.0)
+    rows = m.size
+    for i in range(rows):
+        m_new[i] = m[i]
+    for j in range(keys):
+        s = st[j]
+        for i in range(rows):
+            # m_new = max(m, rowmax S); fmax skips a NaN score, which poisons the row
+            # through P.  (Written as "s if s > m_new else m_new", the store back in
+            # place became a masked store, microcoded on AMD CPUs: 3x slower.)
+            m_new[i] = np.fmax(m_new[i], s[i])
+    for i in range(rows):
+        # While every score seen is -inf (m_new = -inf) shift by 0, so that P = 0
+        # rather than exp(-inf + inf) = NaN.
+        shift[i] = zero if m_new[i] == neg_inf else m_new[i]
+        # Before any finite score m = -inf and alpha = 0: there is nothing to rescale.
+        alpha[i] = exp2((m[i] - shift[i]) * log2_scale)
+        l[i] *= alpha[i]
+        m[i] = m_new[i]
+    for j in range(keys):
+        s = st[j]
+        for i in range(rows):
+            p = exp2((s[i] - shift[i]) * log2_scale)
+            s[i] = p
+            l[i] += p
+
+
+@njit(**INTERNAL)
+def pv_tile(pt, v_tile, visible, alpha, ot):
+    """Oᵀ = alpha · Oᵀ + V_tileᵀ Pᵀ, query i summing over exactly its visible[i] keys.
+
+    pt (TILE_K, rows) = Pᵀ; v_tile (TILE_K, width) the tile's values, zero-padded to
+    width = d_v rounded up to BLOCK_ROWS; alpha, visible (rows,); ot (width, rows) = Oᵀ.
+    A panel sums the keys all its queries see in register blocks; the few more that
+    only its later queries see (a tile crossing the causal diagonal) are added query
+    by query.  A key is never skipped for a small weight: 0 · NaN in V must still
+    give NaN.
+    """
+    block = register_block(pt.dtype)
+    panel = block.shape[1]
+    lanes = panel // BLOCK_VECTORS
+    width, rows = ot.shape
+    one = pt.dtype.type(1.0)
+    for c in range(width):
+        o_row = ot[c]
+        for i in range(rows):
+            o_row[i] *= alpha[i]
+    for i0 in range(0, rows, panel):
+        shared = visible[i0]  # keys that every query of the panel sees
+        for c0 in range(0, width, BLOCK_ROWS):
+            block[:] = 0
+            for j in range(shared):
+                p_row = pt[j]
+                v_row = v_tile[j]
+                for r in range(BLOCK_ROWS):
+                    for u in range(0, panel, lanes):
+                        fma_vector(block[r], u, v_row[c0 + r], p_row, i0 + u)
+            for r in range(BLOCK_ROWS):  # Oᵀ[c0 + r, panel] += block[r]
+                for u in range(0, panel, lanes):
+                    fma_vector(ot[c0 + r], i0 + u, one, block[r], u)
+        for i in range(i0, i0 + panel):
+            for j in range(shared, visible[i]):
+                weight = pt[j, i]
+                v_row = v_tile[j]
+                for c in range(width):
+                    ot[c, i] += weight * v_row[c]
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
@@ -241,47 +337,62 @@ def task_order(task, n_heads, n_query_tiles, causal):
     return head, tile
 
 
-@njit(**JIT_OPTIONS)
-def attend_query_tile(q, k, v, out, i0, offset, q_sign, log2_scale):
+@njit(**INTERNAL)
+def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale):
     """out[i0 : i0 + TILE_Q] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
-    out (n_q, d_v).  Query i sees keys j < i + 1 + offset.  All scratch is tile-sized;
-    the tile helpers take their row count from it."""
+    out (n_q, d_v).  Query i sees keys j < i + 1 + offset; the scores are
+    (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax."""
     n_q, d = q.shape
     n_k, d_v = v.shape
-    width = d_v + d_v % 2  # pv_tile works on pairs of value columns
     dtype = q.dtype
     n_rows = min(TILE_Q, n_q - i0)
-    # The last tile is cut to n_rows rounded up to the 4-row blocks, so a short
-    # query (decoding, n_q = 1) does not pay for a whole tile.
-    rows = (n_rows + 3) // 4 * 4
-    q_tile = np.zeros((rows, d), dtype)
-    v_tile_t = np.zeros((width, TILE_K), dtype)
-    scores = np.empty((rows, TILE_K), dtype)
-    acc = np.zeros((rows, width), dtype)
-    m = np.full(rows, -np.inf, dtype)
-    l = np.zeros(rows, dtype)
-    n_keys = np.empty(rows, np.int64)
+    # The last tile is cut to whole panels, so a short query (decoding, n_q = 1)
+    # does not pay for a whole tile.
+    panel = panel_width(dtype)
+    rows = (n_rows + panel - 1) // panel * panel
+    width = (d_v + BLOCK_ROWS - 1) // BLOCK_ROWS * BLOCK_ROWS
+    # Tile-sized scratch, all allocated alike (each distinct allocation call is one
+    # more function to compile) and filled by hand.
+    qt = np.empty((d, rows), dtype)
+    st = np.empty((TILE_K, rows), dtype)
+    ot = np.empty((width, rows), dtype)
+    v_tile = np.empty((TILE_K, width), dtype)
+    state = np.empty((5, rows), dtype)
+    m, l, alpha, m_new, shift = state[0], state[1], state[2], state[3], state[4]
+    visible = np.empty(rows, np.int64)
+    qt[:] = 0
+    ot[:] = 0
+    v_tile[:] = 0
+    m[:] = -np.inf
+    l[:] = 0
     for r in range(n_rows):
         for c in range(d):
-            q_tile[r, c] = q[i0 + r, c] * q_sign
+            qt[c, r] = q[i0 + r, c] * q_factor
     # Key tiles past the last row's horizon are never visited (causal skipping).
     keys_seen_by_last = min(n_k, max(0, i0 + n_rows + offset))
     for j0 in range(0, keys_seen_by_last, TILE_K):
         n_valid = min(TILE_K, n_k - j0)
-        # Padding rows past n_q follow the same formula, which keeps n_keys sorted.
+        # Padding rows past n_q follow the same formula, which keeps visible sorted.
         for r in range(rows):
-            n_keys[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
-        qk_tile(q_tile, k, j0, scores)
-        pack_values(v, j0, n_valid, v_tile_t)
-        online_softmax(scores, n_keys, log2_scale, m, l, acc)
-        pv_tile(scores, v_tile_t, n_keys, acc)
+            visible[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
+        keys = visible[rows - 1]
+        qk_tile(qt, k, j0, visible, st)
+        if visible[0] < keys:
+            mask_causal(st, visible, keys)
+        online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift)
+        # The copy's padding columns (zeros) let the last register block of value
+        # columns read whole rows, even when d_v is not a multiple of BLOCK_ROWS.
+        for j in range(keys):
+            for c in range(d_v):
+                v_tile[j, c] = v[j0 + j, c]
+        pv_tile(st, v_tile, visible, alpha, ot)
     for r in range(n_rows):
-        # A row that sees no key has acc = 0 and gets zeros; one whose scores
+        # A row that sees no key has O = 0 and gets zeros; one whose scores
         # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
         sees_a_key = i0 + r + 1 + offset > 0
         inv_l = 1 / l[r] if sees_a_key else dtype.type(0.0)
         for c in range(d_v):
-            out[i0 + r, c] = acc[r, c] * inv_l
+            out[i0 + r, c] = ot[c, r] * inv_l
 
 
 @njit(parallel=True, **JIT_OPTIONS)
@@ -292,13 +403,15 @@ def attention(q, k, v, out, causal, scale):
     n_k = k.shape[1]
     offset = n_k - n_q if causal else n_k  # query i sees keys j < i + 1 + offset
     n_query_tiles = (n_q + TILE_Q - 1) // TILE_Q
-    # The running max is taken over unscaled scores, so a negative scale is moved
-    # into the (exact) sign of q.
-    q_sign = q.dtype.type(-1.0 if scale < 0 else 1.0)
-    log2_scale = q.dtype.type(abs(scale) * LOG2_E)
+    # The running max is taken over unscaled scores, so the sign of the scale moves
+    # (exactly) into q: -1, or 0 for scale = 0, which makes every score 0 (NaN where
+    # an input is not finite) while log2_scale stays positive, so that a masked
+    # score (-inf) still weighs exp(-inf) = 0 rather than exp(-inf · 0) = NaN.
+    q_factor = q.dtype.type(np.sign(scale))
+    log2_scale = q.dtype.type(abs(scale) * LOG2_E if scale != 0 else 1.0)
     for task in prange(n_heads * n_query_tiles):
         head, tile = task_order(task, n_heads, n_query_tiles, causal)
-        attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, offset, q_sign, log2_scale)
+        attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, offset, q_factor, log2_scale)
 
 
 def run(q, k, v, out, causal, scale):
