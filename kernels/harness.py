@@ -171,7 +171,8 @@ def error_budget(case, dtype, inputs, ref):
     q, k, v = inputs
     plain = reference_attention(q, k, v, causal=case.causal, compute_dtype=np.float32)
     plain_error = compare(plain, ref, v, np.inf).error
-    # magnitude sums of the finite parts (a NaN or Inf input is judged by where NaN lands)
+    # magnitude sums of the finite parts (a NaN or Inf input is judged by where NaN lands),
+    # times the default scale 1/√d that check() runs every case with
     q_abs, k_abs = (np.abs(np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0))
                     for a in (q, k))
     magnitude = (q_abs @ np.swapaxes(k_abs, -1, -2)).max(initial=0.0) / np.sqrt(q.shape[-1])
