@@ -1,7 +1,7 @@
 /* attnbench C kernel: public entry points, SIMD path selection, and the two instances
    (float, double) of the tiled online-softmax driver in flash_driver_template.h.
 
-   Tile sizes (query rows × keys per tile, per thread). Swept with benchmarks/sweep_tiles.py (1 thread,
+   Tile sizes (query rows × keys per tile, per thread). Swept with csrc/sweep_tiles.py (1 thread,
    n = 4096, d = 64, GFLOP/s full/causal, best of 8 shuffled rounds on a shared 2-core Zen 3
    VM, so differences below ~3% are noise):
      float32  192×128 69.8/66.9  192×256 72.3/68.3  264×64 69.9/66.4  264×128 71.9/68.0
@@ -32,10 +32,6 @@
 
 #define CACHE_LINE 64
 
-static int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 static size_t cache_lines(size_t bytes) { return (size_t)round_up((int64_t)bytes, CACHE_LINE); }
 
 /* The problem's shape, shared by both precisions. */

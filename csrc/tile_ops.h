@@ -32,6 +32,12 @@
 #define KEY_BLOCK 4   /* keys per QK micro-kernel call (rows of Sᵀ) */
 #define COL_BLOCK 4   /* value columns per PV micro-kernel call (rows of Oᵀ) */
 
+/* Index arithmetic, shared by the driver and the tile operations. */
+static inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
 struct tile_ops_f32 {
     const char *isa;
     int64_t query_panel;

@@ -7,27 +7,30 @@
      V_BROADCAST          _mm256_broadcast_ss or _mm256_broadcast_sd
      v_exp(x)             exp on every lane (its polynomial is the precision's own)
      lanes_seeing(visible, j)   all-ones in the lanes whose visible count exceeds key j
-   and AVX2_FMA / INLINE_AVX2_FMA, the target attributes. Both micro-kernels are 4 × 3
-   vectors: 12 accumulators, and with 3 loaded and 1 broadcast operand all 16 ymm registers. */
+   and AVX2_FMA / INLINE_AVX2_FMA, the target attributes. Both micro-kernels are
+   KEY_BLOCK (or COL_BLOCK) × PANEL_VECS = 4 × 3 vectors: 12 accumulators, and with
+   3 loaded and 1 broadcast operand all 16 ymm registers. Their inner loops are unrolled
+   by hand for these sizes; the _Static_asserts beside them say what a change must touch. */
 
-#define QUERY_PANEL (3 * LANES)   /* queries per panel: 24 (float32) or 12 (float64) */
+#define PANEL_VECS 3                       /* vectors per query panel */
+#define QUERY_PANEL (PANEL_VECS * LANES)   /* queries per panel: 24 (float32) or 12 (float64) */
 
-static int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* Sᵀ (4, QUERY_PANEL) = scale · K (4 rows, d) · Qᵀ panel (d, QUERY_PANEL);
-   per step 3 loads, 4 broadcasts, 12 FMAs */
-INLINE_AVX2_FMA void qk_micro(const real *const k_rows[4], const real *qt, int64_t d, real scale,
-                              real *st)
+/* Sᵀ (KEY_BLOCK, QUERY_PANEL) = scale · K (KEY_BLOCK rows, d) · Qᵀ panel (d, QUERY_PANEL);
+   per step PANEL_VECS loads, KEY_BLOCK broadcasts, KEY_BLOCK · PANEL_VECS FMAs */
+INLINE_AVX2_FMA void qk_micro(const real *const k_rows[KEY_BLOCK], const real *qt, int64_t d,
+                              real scale, real *st)
 {
-    vec acc[4][3];
-    for (int i = 0; i < 4; i++)
-        for (int c = 0; c < 3; c++)
+    vec acc[KEY_BLOCK][PANEL_VECS];
+    for (int i = 0; i < KEY_BLOCK; i++)
+        for (int c = 0; c < PANEL_VECS; c++)
             acc[i][c] = V(setzero)();
+    _Static_assert(PANEL_VECS == 3, "qk_micro loads a panel as b0, b1, b2 and updates acc[i][0..2] "
+                                    "by hand: another PANEL_VECS needs this loop rewritten");
     for (int64_t p = 0; p < d; p++) {
         const vec b0 = V(load)(qt + p * QUERY_PANEL);
         const vec b1 = V(load)(qt + p * QUERY_PANEL + LANES);
         const vec b2 = V(load)(qt + p * QUERY_PANEL + 2 * LANES);
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < KEY_BLOCK; i++) {
             const vec a = V_BROADCAST(k_rows[i] + p);
             acc[i][0] = V(fmadd)(a, b0, acc[i][0]);
             acc[i][1] = V(fmadd)(a, b1, acc[i][1]);
@@ -35,8 +38,8 @@ INLINE_AVX2_FMA void qk_micro(const real *const k_rows[4], const real *qt, int64
         }
     }
     const vec vscale = V(set1)(scale);
-    for (int i = 0; i < 4; i++)
-        for (int c = 0; c < 3; c++)
+    for (int i = 0; i < KEY_BLOCK; i++)
+        for (int c = 0; c < PANEL_VECS; c++)
             V(store)(st + i * QUERY_PANEL + LANES * c, V(mul)(vscale, acc[i][c]));
 }
 
@@ -47,8 +50,10 @@ static AVX2_FMA void qk_tile(const real *k, const int32_t *panel_keys, const rea
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
         const int64_t keys = panel_keys[r0 / QUERY_PANEL];
         for (int64_t j = 0; j < keys; j += KEY_BLOCK) {
+            _Static_assert(KEY_BLOCK == 4, "k_rows lists 4 key rows by hand: another KEY_BLOCK needs "
+                                           "one entry per key, and qk_micro's 16-register plan redone");
             /* past the last key, repeat it: those Sᵀ rows are computed but never used */
-            const real *const k_rows[4] = {
+            const real *const k_rows[KEY_BLOCK] = {
                 k + min_i64(j, keys - 1) * d,     k + min_i64(j + 1, keys - 1) * d,
                 k + min_i64(j + 2, keys - 1) * d, k + min_i64(j + 3, keys - 1) * d,
             };
@@ -57,33 +62,33 @@ static AVX2_FMA void qk_tile(const real *k, const int32_t *panel_keys, const rea
     }
 }
 
-/* The online softmax of one panel of queries (see tile_ops.h). The three vectors of a key's
-   row are loaded together and give three independent exp computations. */
+/* The online softmax of one panel of queries (see tile_ops.h). The PANEL_VECS vectors of a
+   key's row are loaded together and give that many independent exp computations. */
 INLINE_AVX2_FMA void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha)
 {
-    vec m_old[3], m_new[3], m_ref[3], sum[3];
-    for (int c = 0; c < 3; c++)
+    vec m_old[PANEL_VECS], m_new[PANEL_VECS], m_ref[PANEL_VECS], sum[PANEL_VECS];
+    for (int c = 0; c < PANEL_VECS; c++)
         m_old[c] = m_new[c] = V(load)(m + LANES * c);
     /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
     for (int64_t j = 0; j < keys; j++)
-        for (int c = 0; c < 3; c++)
+        for (int c = 0; c < PANEL_VECS; c++)
             m_new[c] = V(max)(V(load)(st + j * QUERY_PANEL + LANES * c), m_new[c]);
     /* While a query has seen only −inf scores, measure from 0, so that its weights are
        exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
        in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < PANEL_VECS; c++) {
         const vec never_finite = V(cmp)(m_new[c], V(set1)(-INFINITY), _CMP_EQ_OQ);
         m_ref[c] = V(andnot)(never_finite, m_new[c]);
         sum[c] = V(setzero)();
     }
     for (int64_t j = 0; j < keys; j++)
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < PANEL_VECS; c++) {
             real *s = st + j * QUERY_PANEL + LANES * c;
             const vec p = v_exp(V(sub)(V(load)(s), m_ref[c]));
             V(store)(s, p);
             sum[c] = V(add)(sum[c], p);
         }
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < PANEL_VECS; c++) {
         const vec a = v_exp(V(sub)(m_old[c], m_ref[c]));
         V(store)(alpha + LANES * c, a);
         V(store)(l + LANES * c, V(fmadd)(a, V(load)(l + LANES * c), sum[c]));
@@ -98,25 +103,29 @@ static AVX2_FMA void online_softmax(real *st, int64_t key_cap, const int32_t *pa
         online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0);
 }
 
-/* Oᵀ (4, QUERY_PANEL) = alpha ⊙ Oᵀ + Vᵀ (4 columns, keys) · Pᵀ panel (keys, QUERY_PANEL), with
-   vp the packed block (keys, 4) of those value columns.
+/* Oᵀ (COL_BLOCK, QUERY_PANEL) = alpha ⊙ Oᵀ + Vᵀ (COL_BLOCK columns, keys) · Pᵀ panel
+   (keys, QUERY_PANEL), with vp the packed block (keys, COL_BLOCK) of those value columns.
    All the panel's queries see keys [0, shared); keys [shared, most) only reach the lanes whose
    visible count exceeds them: there the product is masked, since 0 · NaN would be NaN. */
 INLINE_AVX2_FMA void pv_micro(const real *pt, const real *vp,
                               const int32_t *visible, int64_t shared, int64_t most,
                               const real *alpha, real *ot)
 {
-    vec acc[4][3];
-    for (int c = 0; c < 3; c++) {
+    _Static_assert(COL_BLOCK == 4, "pv_micro's 4 x 3 accumulators, 3 loaded and 1 broadcast operand "
+                                   "fill the 16 ymm registers: another COL_BLOCK needs that plan redone");
+    vec acc[COL_BLOCK][PANEL_VECS];
+    for (int c = 0; c < PANEL_VECS; c++) {
         const vec a = V(load)(alpha + LANES * c);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < COL_BLOCK; i++)
             acc[i][c] = V(mul)(a, V(load)(ot + i * QUERY_PANEL + LANES * c));
     }
+    _Static_assert(PANEL_VECS == 3, "pv_micro loads a panel as p0, p1, p2 and updates acc[i][0..2] "
+                                    "by hand: another PANEL_VECS needs this loop rewritten");
     for (int64_t j = 0; j < shared; j++) {
         const vec p0 = V(load)(pt + j * QUERY_PANEL);
         const vec p1 = V(load)(pt + j * QUERY_PANEL + LANES);
         const vec p2 = V(load)(pt + j * QUERY_PANEL + 2 * LANES);
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < COL_BLOCK; i++) {
             const vec b = V_BROADCAST(vp + j * COL_BLOCK + i);
             acc[i][0] = V(fmadd)(p0, b, acc[i][0]);
             acc[i][1] = V(fmadd)(p1, b, acc[i][1]);
@@ -124,16 +133,16 @@ INLINE_AVX2_FMA void pv_micro(const real *pt, const real *vp,
         }
     }
     for (int64_t j = shared; j < most; j++)
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < PANEL_VECS; c++) {
             const vec sees = lanes_seeing(visible + LANES * c, j);
             const vec p = V(load)(pt + j * QUERY_PANEL + LANES * c);
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < COL_BLOCK; i++) {
                 const vec pv = V(mul)(p, V_BROADCAST(vp + j * COL_BLOCK + i));
                 acc[i][c] = V(add)(acc[i][c], V(and)(pv, sees));
             }
         }
-    for (int i = 0; i < 4; i++)
-        for (int c = 0; c < 3; c++)
+    for (int i = 0; i < COL_BLOCK; i++)
+        for (int c = 0; c < PANEL_VECS; c++)
             V(store)(ot + i * QUERY_PANEL + LANES * c, acc[i][c]);
 }
 
@@ -141,7 +150,7 @@ static AVX2_FMA void pv_tile(const real *pt, int64_t key_cap, const int32_t *vis
                              const real *alpha, const real *vp, int64_t d_v, int64_t rows_pad,
                              real *ot)
 {
-    const int64_t dv_pad = (d_v + COL_BLOCK - 1) / COL_BLOCK * COL_BLOCK;
+    const int64_t dv_pad = round_up(d_v, COL_BLOCK);
     /* Panel outer: one Pᵀ panel (keys × QUERY_PANEL) stays in L1 while all value columns
        stream past it. */
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {

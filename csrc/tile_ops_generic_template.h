@@ -56,7 +56,7 @@ static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32
                                     const real *alpha, const real *vp, int64_t d_v,
                                     int64_t rows_pad, real *ot)
 {
-    const int64_t dv_pad = (d_v + COL_BLOCK - 1) / COL_BLOCK * COL_BLOCK;
+    const int64_t dv_pad = round_up(d_v, COL_BLOCK);
     for (int64_t r = 0; r < rows_pad; r++) {
         const int64_t panel = r / GENERIC_QUERY_PANEL, lane = r % GENERIC_QUERY_PANEL;
         const real *p = pt + panel * key_cap * GENERIC_QUERY_PANEL + lane;   /* p[j * PANEL] */
