@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 ASV    := $(VENV)/bin/asv
 # what a change to which re-installs the package (and rebuilds the C extension)
-SOURCES := setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h csrc/*.py)
+SOURCES := setup.py pyproject.toml MANIFEST.in $(wildcard csrc/*.c csrc/*.h) csrc/build_attention.py
 
 .PHONY: help install bench report test verify list peers clean
 
@@ -15,7 +15,7 @@ help:
 	@echo "make verify  every kernel against the float64 reference"
 	@echo "make list    the registered kernels"
 	@echo "make peers   install PyTorch (CPU) so torch_sdpa is measured beside our kernels"
-	@echo "make clean   remove build products (keeps .venv)"
+	@echo "make clean   remove build products and Numba's cache (keeps .venv)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,14 @@ $(VENV)/.installed: $(PY) $(SOURCES)
 	$(PY) -m pip install --quiet -e ".[test,bench]"
 	@touch $@
 
-install: $(VENV)/.installed
+# Numba checks a cached kernel against its own source file only, and the SIMD helpers
+# compiled into numba_tiled live in numba_simd.py: a change there drops the cached kernels.
+NUMBA_CACHE := $(wildcard kernels/__pycache__/*.nbi kernels/__pycache__/*.nbc)
+$(VENV)/.numba-simd: kernels/numba_simd.py | $(PY)
+	rm -f $(NUMBA_CACHE)
+	@touch $@
+
+install: $(VENV)/.installed $(VENV)/.numba-simd
 
 test: install
 	$(PY) -m pytest
@@ -57,4 +64,4 @@ peers: install
 	$(PY) -m pip install --quiet "torch==2.13.0"
 
 clean:
-	rm -rf build dist *.egg-info kernels/_attention_c.* .pytest_cache
+	rm -rf build dist *.egg-info kernels/_attention_c.* .pytest_cache $(NUMBA_CACHE)
