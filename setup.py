@@ -1,12 +1,15 @@
 """attnbench: the kernels package and its C extension (built by cffi from csrc/)."""
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="attnbench",
     version="0.1.0",
     description="Self-attention on the CPU as a ladder of kernels, measured by asv",
     python_requires=">=3.10",
-    packages=["kernels"],
+    # every subpackage of kernels/ (a missing one would be absent from the wheel, and so
+    # from asv's environments); package data for any non-Python file they carry
+    packages=find_packages(include=["kernels", "kernels.*"]),
+    include_package_data=True,
     cffi_modules=["csrc/build_attention.py:ffibuilder"],
     install_requires=[
         "numpy>=1.24",

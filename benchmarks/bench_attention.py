@@ -1,14 +1,15 @@
 """Time, memory and throughput of every registered kernel against sequence length.
 
-Every class iterates over ``kernels.KERNELS``; inputs and warm-up live in
-``setup``; the timed body is one call.  d = 64 throughout.
+Every class iterates over ``kernels.KERNELS``; inputs and warm-up live in ``setup``;
+the timed body is one call.  Grids and fixed shapes come from ``kernels.bench_spec``
+(d = 64 throughout), whose names the report reads.
 """
 import kernels
-from kernels.analysis import attention_flops
+from kernels import bench_spec as spec
+from kernels.costs import attention_flops
 from kernels.memory import peak_extra_bytes
 
-from .common import (DTYPES, HEADLINE_SEQ_LEN, KERNEL_NAMES, PEER, QUICK, SEQ_LEN_DTYPES, SEQ_LENS,
-                     THREAD_COUNTS, TILED, median_seconds, prepare, speedup_side_by_side)
+from .common import KERNEL_NAMES, THREAD_COUNTS, median_seconds, prepare, speedup_side_by_side
 
 
 class _Attention:
@@ -19,10 +20,19 @@ class _Attention:
     warmup_time = 0.0     # setup has already made the warm-up call
     timeout = 600
     batch, causal = 1, False
+    previous_budget = None  # the thread budget to restore, once setup has changed it
 
     def call(self):
         kernels.attention(self.q, self.k, self.v, kernel=self.kernel, causal=self.causal)
 
+    def use_threads(self, threads):
+        self.previous_budget = kernels.threads.set_budget(threads)
+
+    def teardown(self, *params):
+        # asv calls teardown after a setup that skipped (NotImplementedError) too, so
+        # it restores only what setup got as far as changing.
+        if self.previous_budget is not None:
+            kernels.threads.set_budget(self.previous_budget)
 
 
 class _OneHead(_Attention):
@@ -34,7 +44,7 @@ class _OneHead(_Attention):
 class SeqLen(_OneHead):
     """One head, full attention: the O(n²) wall in time and in memory."""
 
-    params = [KERNEL_NAMES, SEQ_LENS, SEQ_LEN_DTYPES]
+    params = [KERNEL_NAMES, list(spec.SEQ_LENS), list(spec.SEQ_LEN_DTYPES)]
     param_names = ["kernel", "seq_len", "dtype"]
 
     def time_attention(self, kernel, seq_len, dtype):
@@ -50,7 +60,7 @@ class SeqLenProcess(_OneHead):
     """asv's own view: the whole process's peak RSS (inputs and imports included),
     float32 only; ``SeqLen.track_peak_extra_bytes`` is the per-call figure."""
 
-    params = [KERNEL_NAMES, SEQ_LENS, ["float32"]]
+    params = [KERNEL_NAMES, list(spec.SEQ_LENS), ["float32"]]
     param_names = ["kernel", "seq_len", "dtype"]
 
     def peakmem_attention(self, kernel, seq_len, dtype):
@@ -61,9 +71,9 @@ class MultiHead(_Attention):
     """8 heads at n = 1024 and 4096, causal and full: the shape the speed goals use.
     (The report turns its times into GFLOP/s; ``Threads`` tracks GFLOP/s directly.)"""
 
-    params = [KERNEL_NAMES, sorted({1024, HEADLINE_SEQ_LEN}), DTYPES, [False, True]]
+    params = [KERNEL_NAMES, list(spec.MULTI_HEAD_SEQ_LENS), list(spec.DTYPES), [False, True]]
     param_names = ["kernel", "seq_len", "dtype", "causal"]
-    batch = 8
+    batch = spec.HEADS
 
     def setup(self, kernel, seq_len, dtype, causal):
         self.kernel, self.causal = kernel, causal
@@ -78,16 +88,13 @@ class Threads(_Attention):
 
     params = [KERNEL_NAMES, THREAD_COUNTS]
     param_names = ["kernel", "threads"]
-    batch, seq_len, dtype = 8, HEADLINE_SEQ_LEN, "float32"
+    batch, seq_len, dtype = spec.HEADS, spec.HEADLINE_SEQ_LEN, spec.THREADS_DTYPE
 
     def setup(self, kernel, threads):
         self.kernel = kernel
-        self.previous = kernels.threads.set_budget(threads)
+        self.use_threads(threads)
         self.q, self.k, self.v = prepare(kernel, self.batch, self.seq_len, self.dtype)
-        self.flops = attention_flops(self.seq_len, self.batch)
-
-    def teardown(self, kernel, threads):
-        kernels.threads.set_budget(self.previous)
+        self.flops = attention_flops(self.seq_len, self.seq_len, spec.HEAD_DIM, batch=self.batch)
 
     def track_gflops(self, kernel, threads):
         return self.flops / median_seconds(self.call) / 1e9
@@ -101,23 +108,20 @@ class PeerSpeedup(_Attention):
     thread and on every CPU.  The speed goals are these ratios; MultiHead and Threads
     give each kernel's own GFLOP/s.  Skipped when torch is not installed."""
 
-    params = [TILED, [HEADLINE_SEQ_LEN], THREAD_COUNTS, DTYPES]
+    params = [list(spec.TILED), [spec.HEADLINE_SEQ_LEN], THREAD_COUNTS, list(spec.DTYPES)]
     param_names = ["kernel", "seq_len", "threads", "dtype"]
-    batch, rounds = 8, 7
+    batch, rounds = spec.HEADS, 7
 
     def setup(self, kernel, seq_len, threads, dtype):
-        if PEER not in kernels.KERNELS:
-            raise NotImplementedError(f"{PEER} is not installed (make peers)")
+        if spec.PEER not in kernels.KERNELS:
+            raise NotImplementedError(f"{spec.PEER} is not installed (make peers)")
         self.kernel = kernel
-        self.previous = kernels.threads.set_budget(threads)
+        self.use_threads(threads)
         self.q, self.k, self.v = prepare(kernel, self.batch, seq_len, dtype)
         self.peer_call()  # warm-up
 
-    def teardown(self, kernel, seq_len, threads, dtype):
-        kernels.threads.set_budget(self.previous)
-
     def peer_call(self):
-        kernels.attention(self.q, self.k, self.v, kernel=PEER)
+        kernels.attention(self.q, self.k, self.v, kernel=spec.PEER)
 
     def track_speedup(self, kernel, seq_len, threads, dtype):
         return speedup_side_by_side(self.peer_call, self.call, self.rounds)
@@ -129,9 +133,9 @@ class NumpySpeedup(_Attention):
     """Each tiled kernel's speed over the numpy rung, timed side by side: one head, full,
     float32, n = 8192 (quick: 2048), where numpy's n x n scores have long left the caches."""
 
-    params = [TILED, [2048 if QUICK else 8192]]
+    params = [list(spec.TILED), [spec.NUMPY_SPEEDUP_SEQ_LEN]]
     param_names = ["kernel", "seq_len"]
-    dtype, rounds = "float32", 5
+    dtype, rounds = spec.NUMPY_SPEEDUP_DTYPE, 5
 
     def setup(self, kernel, seq_len):
         self.kernel = kernel
@@ -153,10 +157,10 @@ class MemoryWall(_Attention):
 
     params = [KERNEL_NAMES]
     param_names = ["kernel"]
-    seq_len, dtype, causal = 65536, "float64", True
+    seq_len, dtype, causal = spec.WALL_SEQ_LEN, spec.WALL_DTYPE, spec.WALL_CAUSAL
 
     def setup(self, kernel):
-        if QUICK:
+        if spec.QUICK:
             raise NotImplementedError("the memory wall takes minutes; skipped in a quick run")
         self.kernel = kernel
         self.q, self.k, self.v = prepare(kernel, 1, self.seq_len, self.dtype, self.causal, warm_up=False)

@@ -1,31 +1,20 @@
-"""Shared pieces of the asv suite: seeded inputs, the skip rules, one warm-up.
+"""Shared pieces of the asv suite: seeded inputs, the skip rules, one warm-up, timing.
 
-The thread budget (``ATTNBENCH_THREADS``, default: every CPU) is read once by
-``kernels.threads`` and applies to BLAS, Numba and OpenMP alike; ``Machine``
-records it with the results.  ``ATTNBENCH_QUICK=1`` shrinks the grids so that
-``make bench QUICK=1`` finishes in a few minutes.
+Grids and fixed configurations come from ``kernels.bench_spec``, which the report
+reads too.  The thread budget (``ATTNBENCH_THREADS``, default: every CPU) is read once
+by ``kernels.threads`` and applies to BLAS, Numba and OpenMP alike; ``Machine``
+records it with the results.
 """
-import os
 import time
 
 import numpy as np
 
 import kernels
 from kernels.api import check_resources, validate
+from kernels.bench_spec import HEAD_DIM
 
-QUICK = os.environ.get("ATTNBENCH_QUICK") == "1"
-HEAD_DIM = 64
 KERNEL_NAMES = list(kernels.KERNELS)
-
-# 64 .. 16384; quick: every fourth power of two to 1024, then 2048 and 4096, so that the
-# large-n fit still has three points
-SEQ_LENS = [64, 256, 1024, 2048, 4096] if QUICK else [2**p for p in range(6, 15)]
-DTYPES = ["float32", "float64"]
-SEQ_LEN_DTYPES = DTYPES[:1] if QUICK else DTYPES  # quick: the n-sweep in float32 only
-HEADLINE_SEQ_LEN = 1024 if QUICK else 4096  # 8 heads: the shape of the speed goals
 THREAD_COUNTS = sorted({1, kernels.threads.available_cpus()})  # one thread, and every CPU
-PEER = "torch_sdpa"  # the optional external peer (make peers)
-TILED = ["numba_tiled", "c_tiled"]
 
 
 def make_inputs(batch, seq_len, dtype, head_dim=HEAD_DIM, seed=0):

@@ -7,6 +7,7 @@ import numpy as np
 
 from . import harness, threads
 from .api import attention
+from .costs import attention_flops
 from .registry import KERNELS
 
 
@@ -63,7 +64,7 @@ def cmd_timing(args):
     rows = []
     for n in args.seq_len:
         q, k, v = (rng.standard_normal((args.heads, n, args.head_dim)).astype(dtype) for _ in range(3))
-        flops = 4.0 * args.heads * n * n * args.head_dim / (2 if args.causal else 1)
+        flops = attention_flops(n, n, args.head_dim, batch=args.heads, causal=args.causal)
         row = [str(n)]
         for name in names:
             if not KERNELS[name].fits(args.heads, n, n):

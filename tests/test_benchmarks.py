@@ -1,14 +1,17 @@
-"""The asv suite loads and the memory measurement it reports is right."""
+"""The asv suite loads, survives skipped cases, and the memory measurement it reports is right."""
+import inspect
+import itertools
 import pathlib
 import shutil
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
+import kernels
+from kernels import bench_spec
 from kernels.memory import peak_extra_bytes
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_peak_extra_bytes_sees_a_known_allocation():
@@ -28,8 +31,34 @@ def test_peak_extra_bytes_of_a_tiled_kernel_is_small_and_of_numpy_is_the_scores(
     assert peak_extra_bytes(lambda: kernels.attention(q, q, q, kernel="c_tiled")) < 0.1 * scores
 
 
-def test_asv_check_finds_no_problems():
+def test_asv_check_finds_no_problems(project_root):
     asv = shutil.which("asv", path=str(pathlib.Path(sys.executable).parent))
     assert asv, "asv is installed with the bench extra"
-    result = subprocess.run([asv, "check", "--python=same"], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([asv, "check", "--python=same"], cwd=project_root, capture_output=True,
+                            text=True)
     assert result.returncode == 0 and "No problems found" in result.stdout, result.stdout + result.stderr
+
+
+def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatch):
+    """asv calls teardown after a setup that raised NotImplementedError (a skip), so every
+    parameterised class's pair must hold there, and leave the thread budget as it was.
+    Every case is made to skip as on a machine without the optional peers: the peer is
+    unregistered and inputs refuse to be prepared."""
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("skipped by the test")
+
+    monkeypatch.delitem(kernels.KERNELS, bench_spec.PEER, raising=False)
+    budget = kernels.threads.budget()
+    classes = [cls for module in bench_modules.values()
+               for _, cls in inspect.getmembers(module, inspect.isclass)
+               if cls.__module__ == module.__name__ and getattr(cls, "params", None)]
+    assert {"SeqLen", "Threads", "PeerSpeedup", "MemoryWall"} <= {cls.__name__ for cls in classes}
+    for cls in classes:
+        monkeypatch.setattr(inspect.getmodule(cls), "prepare", refuse, raising=False)
+        for params in itertools.product(*cls.params):
+            benchmark = cls()
+            with pytest.raises(NotImplementedError):
+                benchmark.setup(*params)
+            if hasattr(benchmark, "teardown"):
+                benchmark.teardown(*params)
+            assert kernels.threads.budget() == budget, (cls.__name__, params)

@@ -8,7 +8,6 @@ import kernels
 from kernels import harness
 from kernels.reference import reference_attention
 
-KERNEL_NAMES = list(kernels.KERNELS)
 DTYPE_IDS = [np.dtype(d).name for d in harness.DTYPES]
 
 
@@ -24,37 +23,34 @@ def _assert_outcome(outcome):
 
 @pytest.mark.parametrize("dtype", harness.DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", harness.CASES, ids=[c.label for c in harness.CASES])
-@pytest.mark.parametrize("name", KERNEL_NAMES)
-def test_kernel_matches_reference(name, case, dtype):
-    _assert_outcome(harness.check(name, case, dtype))
+def test_kernel_matches_reference(kernel_name, case, dtype):
+    _assert_outcome(harness.check(kernel_name, case, dtype))
 
 
-@pytest.mark.parametrize("name", KERNEL_NAMES)
-def test_nan_rows_match_reference_exactly(name):
+def test_nan_rows_match_reference_exactly(kernel_name):
     """A NaN in key j poisons exactly the rows that see j, causal or not."""
-    if kernels.KERNELS[name].external:
+    if kernels.KERNELS[kernel_name].external:
         pytest.skip("external peer: NaN semantics are its own")
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((2, 24, 8)) for _ in range(3))
     k[0, 10, 3] = np.nan
     for causal in (False, True):
-        out = kernels.attention(q, k, v, kernel=name, causal=causal)
+        out = kernels.attention(q, k, v, kernel=kernel_name, causal=causal)
         ref = reference_attention(q, k, v, causal=causal)
         nan_rows = np.isnan(ref).any(axis=-1)
         assert nan_rows.any() and not nan_rows.all()
         np.testing.assert_array_equal(np.isnan(out).any(axis=-1), nan_rows)
 
 
-@pytest.mark.parametrize("name", KERNEL_NAMES)
-def test_one_thread_and_all_threads_agree(name):
+def test_one_thread_and_all_threads_agree(kernel_name):
     case = harness.Case("threads", (3,), 150, 170, 64, 64, causal=True)
-    if not kernels.KERNELS[name].fits(case.batch, case.n_q, case.n_k):
+    if not kernels.KERNELS[kernel_name].fits(case.batch, case.n_q, case.n_k):
         case = harness.Case("threads small", (2,), 40, 50, 16, 16, causal=True)
     for dtype in harness.DTYPES:
         with kernels.threads.thread_budget(1):
-            single = harness.check(name, case, dtype)
+            single = harness.check(kernel_name, case, dtype)
         with kernels.threads.thread_budget(kernels.threads.available_cpus()):
-            every = harness.check(name, case, dtype)
+            every = harness.check(kernel_name, case, dtype)
         _assert_outcome(single)
         _assert_outcome(every)
 
@@ -70,7 +66,7 @@ shapes = st.tuples(
 )
 
 
-@pytest.mark.parametrize("name", [n for n in KERNEL_NAMES if n != "naive"])
+@pytest.mark.parametrize("name", [n for n in kernels.KERNELS if n != "naive"])
 @settings(max_examples=25, deadline=None)
 @given(shape=shapes)
 def test_random_shapes(name, shape):

@@ -1,4 +1,4 @@
-"""kernels.report and kernels.analysis on hand-made asv results.
+"""kernels.report (its results reader, fits and sections) on hand-made asv results.
 
 The fixture (tests/fixtures/asv_results, laws in its README.md) is synthetic: times are
 exact multiples of n² (or n^1.8), memory of n² or n, and multi-head times follow from
@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from kernels import KERNELS, analysis
+from kernels import KERNELS, costs
 from kernels.memory import format_bytes
-from kernels.report import write_report
+from kernels.report import fits, results, write_report
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
 NEWEST_COMMIT = "c0ffee1234567890abcdef1234567890abcdef12"
@@ -79,7 +79,11 @@ def test_header_names_the_newest_run_and_its_machine(report):
     assert "Synthetic CPU @ 3.00GHz, 4 CPUs, 16.0 GiB RAM, Linux 6.1.0" in header
     assert "Thread budget:** 4 threads" in header
     assert "sgemm 125.0 GFLOP/s, dgemm 62.5 GFLOP/s" in header  # not the older run's 999
-    assert "numpy " in header and "matplotlib " in header and "importlib.metadata" in header
+    assert "Python 3." in header and "numpy " in header and "matplotlib " in header
+    # the environment is described by versions, never by a path on the measuring disk
+    # (asv names a --python=same environment after its interpreter's path)
+    assert "asv environment: the interpreter that ran asv (`--python=same`)" in header
+    assert ".venv" not in report and "existing-py" not in report
 
 
 @pytest.mark.parametrize("dtype, c_tiled_gflops, gemm", [("float32", 100, 125), ("float64", 50, 62.5)])
@@ -98,7 +102,7 @@ def test_missing_and_failed_values_are_na(report):
     assert row(section(report, "Startup"), "first Numba call, empty cache (compile)") == [
         "first Numba call, empty cache (compile)", "n/a"]
     assert row(section(report, "Startup"), "import kernels") == ["import kernels", "350 ms"]
-    assert row(section(report, "Goals"), "first Numba call with an empty cache (compile), seconds")[1:] == [
+    assert row(section(report, "Goals"), "first Numba call with an empty cache (compile), seconds")[1:4] == [
         "n/a", "≤ 10", "n/a"]
     gaps = section(report, "Gaps")
     assert "Not in the results file: `bench_machine.Startup.track_numba_compile_seconds`" in gaps
@@ -222,7 +226,7 @@ def test_records_unfold_the_parameter_product(tmp_path):
         "b.Plain.track_y": [[7.5], []],
         "b.Broken.track_z": [None, [["1", "2"]]],
     }, {"b.Grid.track_x": ["kernel", "seq_len"]})
-    run = analysis.load_latest_run(tmp_path)
+    run = results.load_latest_run(tmp_path)
     assert run.value("b.Grid.track_x", kernel="b", seq_len=1) == 4.0  # the first parameter varies slowest
     assert [r.status for r in run.select("b.Grid.track_x", kernel="b")] == ["ok", "ok", "skipped"]
     assert run.value("b.Plain.track_y") == 7.5
@@ -236,7 +240,7 @@ def test_a_nearly_empty_run_gives_a_report_of_gaps(tmp_path):
     report = write_report(tmp_path / "results", tmp_path / "out").read_text()
     assert "sgemm 80.0 GFLOP/s" in report
     assert row(section(report, "Startup"), "import kernels") == ["import kernels", "n/a"]
-    assert row(section(report, "Goals"), "import kernels, seconds")[1:] == ["n/a", "≤ 1", "n/a"]
+    assert row(section(report, "Goals"), "import kernels, seconds")[1:4] == ["n/a", "≤ 1", "n/a"]
     for plot in PLOTS:
         assert (tmp_path / "out" / plot).stat().st_size > 0
 
@@ -251,22 +255,22 @@ def test_no_results_is_a_clear_error(tmp_path, make_folder):
     assert not (tmp_path / "out").exists()
 
 
-# -- analysis ---------------------------------------------------------------------------
+# -- fits and costs -----------------------------------------------------------------------
 
 def test_fit_power_law_uses_only_large_measured_n():
     seq_lens = [64, 256, 1024, 2048, 4096, 8192, 16384]
     values = [1.0, 1.0] + [3.0 * n ** 1.5 for n in seq_lens[2:]]  # small n off the law
     values[3] = math.nan                                           # a gap
-    fit = analysis.fit_power_law(seq_lens, values)
+    fit = fits.fit_power_law(seq_lens, values)
     assert (fit.b, fit.a) == (pytest.approx(1.5), pytest.approx(3.0))
     assert (fit.n_min, fit.n_max, fit.points) == (1024, 16384, 4)
     assert fit.solve(3.0 * 2 ** 30) == pytest.approx(2 ** 20)
-    assert analysis.fit_power_law([1024, 2048, 4096], [1.0, math.nan, 0.0]) is None
+    assert fits.fit_power_law([1024, 2048, 4096], [1.0, math.nan, 0.0]) is None
 
 
 def test_largest_fitting_seq_len_is_exact():
     numpy = KERNELS["numpy"]
-    n = analysis.largest_fitting_seq_len("numpy", 4, 2 ** 30)
+    n = costs.largest_fitting_seq_len("numpy", 4, 2 ** 30, head_dim=64)
     assert numpy.workspace_bytes(1, n, n, 64, 64, 4, False) <= 2 ** 30
     assert numpy.workspace_bytes(1, n + 1, n + 1, 64, 64, 4, False) > 2 ** 30
 

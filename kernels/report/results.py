@@ -1,12 +1,11 @@
-"""Reading asv's results and the arithmetic the report draws on.
+"""Reading asv's results: the newest run as tidy records.
 
-    run = load_latest_run(".asv/results")     # the newest results file, as tidy records
-    run.value("bench_attention.SeqLen.time_attention", kernel="numpy", seq_len=1024, dtype="float32")
-    fit_power_law(seq_lens, seconds)          # y ≈ a·n^b over the large-n points
+    run = load_latest_run(".asv/results")
+    run.value(bench_spec.SEQ_LEN_TIME, kernel="numpy", seq_len=1024, dtype="float32")
+    run.kernels(bench_spec.SEQ_LEN_TIME)      # the kernels it ran, in ladder order
 
 Every measurement is a float; NaN stands for anything not measured (skipped, failed or
-never run), so that gaps flow through tables and plots without special cases.  No
-plotting here: ``kernels.report`` renders what this module computes.
+never run), so that gaps flow through tables and plots without special cases.
 """
 import ast
 import itertools
@@ -17,11 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Optional
 
-import numpy as np
-
-from .registry import KERNELS
-
-HEAD_DIM = 64  # d in every benchmark
+from ..registry import KERNELS
 
 # The status of one asv value: a number, NaN (NotImplementedError in setup), null (an error).
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
@@ -50,10 +45,11 @@ class Run:
     records: tuple
 
     def select(self, benchmark, **params):
-        """Records of ``benchmark`` whose params include all of ``params``."""
+        """Records of ``benchmark`` (a ``bench_spec.Benchmark`` or its name) whose params
+        include all of ``params``."""
         return [
             record for record in self.records
-            if record.benchmark == benchmark
+            if record.benchmark == str(benchmark)
             and all(record.params.get(name) == value for name, value in params.items())
         ]
 
@@ -65,6 +61,20 @@ class Run:
     def param_values(self, benchmark, name):
         """The distinct values parameter ``name`` took in ``benchmark``, sorted."""
         return sorted({r.params[name] for r in self.select(benchmark) if name in r.params})
+
+    def series(self, benchmark, **params):
+        """(every n ``benchmark`` ran at, its values there with these ``params``, NaN
+        where missing)."""
+        seq_lens = self.param_values(benchmark, "seq_len")
+        return seq_lens, [self.value(benchmark, seq_len=n, **params) for n in seq_lens]
+
+    def kernels(self, *benchmarks):
+        """The kernels any of ``benchmarks`` ran with, in ladder order."""
+        return kernel_order(v for b in benchmarks for v in self.param_values(b, "kernel"))
+
+    def seq_lens(self, *benchmarks):
+        """The sequence lengths any of ``benchmarks`` ran at, sorted."""
+        return sorted({v for b in benchmarks for v in self.param_values(b, "seq_len")})
 
     @property
     def ram_bytes(self):
@@ -189,76 +199,3 @@ def is_external(name):
 
 def materialises(name):
     return name in KERNELS and KERNELS[name].materialises
-
-
-# -- arithmetic -------------------------------------------------------------------------
-
-def attention_flops(seq_len, heads=1, causal=False, head_dim=HEAD_DIM):
-    """Floating-point operations of one call: 2·n²·d for Q Kᵀ plus 2·n²·d for P V.
-
-    A causal call computes half the scores.
-    """
-    flops = 4 * seq_len * seq_len * head_dim * heads
-    return flops / 2 if causal else flops
-
-
-def gflops(seconds, seq_len, heads=1, causal=False):
-    """Throughput of a call that took ``seconds`` (NaN in, NaN out)."""
-    return attention_flops(seq_len, heads, causal) / seconds / 1e9
-
-
-def ratio(numerator, denominator):
-    """numerator / denominator, NaN when either is missing or the denominator is zero."""
-    if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
-        return math.nan
-    return numerator / denominator
-
-
-@dataclass(frozen=True)
-class PowerLaw:
-    """y ≈ a·n^b, fitted on ``points`` values with n_min ≤ n ≤ n_max."""
-
-    a: float
-    b: float
-    n_min: int
-    n_max: int
-    points: int
-
-    def __call__(self, n):
-        return self.a * np.asarray(n, dtype=float) ** self.b
-
-    def solve(self, y):
-        """The n at which the law reaches ``y`` (extrapolated)."""
-        return (y / self.a) ** (1 / self.b)
-
-
-# Attention is quadratic only once n dominates the per-call overheads and d: fit there.
-FIT_MIN_N = 1024
-FIT_MIN_POINTS = 3
-
-
-def fit_power_law(seq_lens, values, min_n=FIT_MIN_N, min_points=FIT_MIN_POINTS):
-    """Least-squares line through (log n, log y) over the measured points with n ≥ min_n.
-
-    None when fewer than ``min_points`` such points are finite and positive.
-    """
-    points = [(n, y) for n, y in zip(seq_lens, values) if n >= min_n and np.isfinite(y) and y > 0]
-    if len(points) < min_points:
-        return None
-    n, y = (np.array(column, dtype=float) for column in zip(*points))
-    b, log_a = np.polyfit(np.log(n), np.log(y), 1)
-    return PowerLaw(math.exp(log_a), b, int(n.min()), int(n.max()), len(points))
-
-
-def largest_fitting_seq_len(kernel, itemsize, memory_bytes, causal=False):
-    """The largest n whose one-head workspace (exact, from the kernel's own formula) fits."""
-    def need(n):
-        return KERNELS[kernel].workspace_bytes(1, n, n, HEAD_DIM, HEAD_DIM, itemsize, causal)
-
-    low, high = 1, 2
-    while need(high) <= memory_bytes:
-        low, high = high, high * 2
-    while high - low > 1:  # need(low) fits, need(high) does not
-        middle = (low + high) // 2
-        low, high = (middle, high) if need(middle) <= memory_bytes else (low, middle)
-    return low

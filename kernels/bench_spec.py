@@ -1,0 +1,83 @@
+"""The benchmark spec: what the asv suite measures and the report reads, in one place.
+
+The suite (``benchmarks/``) takes its grids and fixed configurations from here, and the
+report (``kernels.report``) finds its numbers by the ``Benchmark`` names below;
+``tests/test_bench_spec.py`` checks that each of them exists in the suite with these
+parameter names, so that a renamed benchmark fails a test instead of quietly turning
+its tables into n/a.
+
+``ATTNBENCH_QUICK=1`` (``make bench QUICK=1``) shrinks the grids; the report reads
+whatever grid the results hold, so it does not look at ``QUICK``.
+"""
+import os
+from dataclasses import dataclass
+
+QUICK = os.environ.get("ATTNBENCH_QUICK") == "1"
+
+HEAD_DIM = 64                        # d (and d_v) in every benchmark
+DTYPES = ("float32", "float64")
+ITEMSIZE = {"float32": 4, "float64": 8}
+PEER = "torch_sdpa"                  # the external peer the speed goals compare with
+TILED = ("numba_tiled", "c_tiled")   # the rungs timed side by side against baselines
+
+# SeqLen: one head, full attention, n = 64 .. 16,384.  Quick: float32 only, and three
+# points at n >= 1024 are kept so that the large-n fit still has enough of them.
+SEQ_LENS = (64, 256, 1024, 2048, 4096) if QUICK else tuple(2**p for p in range(6, 15))
+SEQ_LEN_DTYPES = DTYPES[:1] if QUICK else DTYPES
+
+# MultiHead, Threads and PeerSpeedup: the shape of the speed goals (Threads in float32,
+# full attention, at the headline n).
+HEADS = 8
+HEADLINE_SEQ_LEN = 1024 if QUICK else 4096
+MULTI_HEAD_SEQ_LENS = tuple(sorted({1024, HEADLINE_SEQ_LEN}))
+THREADS_DTYPE = "float32"
+
+# NumpySpeedup: one head, full, float32, at an n where numpy's n x n scores have long
+# left the caches.
+NUMPY_SPEEDUP_SEQ_LEN = 2048 if QUICK else 8192
+NUMPY_SPEEDUP_DTYPE = "float32"
+
+# MemoryWall: one head, float64, causal, at an n where numpy's n x n scores (32 GiB)
+# cannot exist on this machine.
+WALL_SEQ_LEN = 65536
+WALL_DTYPE = "float64"
+WALL_CAUSAL = True
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One asv benchmark, named as asv names it ("module.Class.method"), and the names
+    of its parameters in asv's order."""
+
+    name: str
+    params: tuple = ()
+
+    def __str__(self):
+        return self.name
+
+
+_ONE_HEAD = ("kernel", "seq_len", "dtype")
+SEQ_LEN_TIME = Benchmark("bench_attention.SeqLen.time_attention", _ONE_HEAD)
+SEQ_LEN_MEMORY = Benchmark("bench_attention.SeqLen.track_peak_extra_bytes", _ONE_HEAD)
+MULTI_HEAD_TIME = Benchmark("bench_attention.MultiHead.time_attention",
+                            ("kernel", "seq_len", "dtype", "causal"))
+THREADS_GFLOPS = Benchmark("bench_attention.Threads.track_gflops", ("kernel", "threads"))
+PEER_SPEEDUP = Benchmark("bench_attention.PeerSpeedup.track_speedup",
+                         ("kernel", "seq_len", "threads", "dtype"))
+NUMPY_SPEEDUP = Benchmark("bench_attention.NumpySpeedup.track_speedup", ("kernel", "seq_len"))
+WALL_MEMORY = Benchmark("bench_attention.MemoryWall.track_peak_extra_bytes", ("kernel",))
+WALL_SECONDS = Benchmark("bench_attention.MemoryWall.track_seconds", ("kernel",))
+SGEMM = Benchmark("bench_machine.Machine.track_sgemm_gflops")
+DGEMM = Benchmark("bench_machine.Machine.track_dgemm_gflops")
+BANDWIDTH = Benchmark("bench_machine.Machine.track_memory_bandwidth")
+THREAD_BUDGET = Benchmark("bench_machine.Machine.track_thread_budget")
+IMPORT_SECONDS = Benchmark("bench_machine.Startup.track_import_seconds")
+COMPILE_SECONDS = Benchmark("bench_machine.Startup.track_numba_compile_seconds")
+CACHED_CALL_SECONDS = Benchmark("bench_machine.Startup.track_numba_cached_call_seconds")
+
+# Every benchmark the report reads, in the order its sections use them.
+BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP,
+              NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
+              IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS)
+# The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
+GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}

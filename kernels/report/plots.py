@@ -1,0 +1,111 @@
+"""What every plot of the report shares: matplotlib on Agg, one style per kernel, log axes
+of n and of bytes, one panel per dtype captioned with the machine.
+
+matplotlib is imported on first use (``pyplot()``), so that ``import kernels.report``
+stays light.
+"""
+import math
+
+from .. import bench_spec
+from ..memory import format_bytes
+from ..registry import KERNELS
+from .results import is_external, kernel_order
+from .tables import missing
+
+
+def pyplot():
+    """pyplot on the Agg backend, imported on first use."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+    return matplotlib.pyplot
+
+
+def ram_text(run):
+    return "unknown" if missing(run.ram_bytes) else format_bytes(run.ram_bytes)
+
+
+def machine_caption(run):
+    machine = run.machine
+    return (f"{machine.get('machine', '?')}: {machine.get('cpu', '?')}, {machine.get('num_cpu', '?')} CPUs, "
+            f"{ram_text(run)} RAM; commit {run.commit_hash[:8]}, {run.date:%Y-%m-%d}")
+
+
+def kernel_styles(run):
+    """name -> line style, the same in every plot; external peers dashed."""
+    names = kernel_order(list(KERNELS) + [v for b in bench_spec.BENCHMARKS
+                                          for v in run.param_values(b, "kernel")])
+    return {name: dict(color=f"C{i % 10}", linestyle="--" if is_external(name) else "-",
+                       marker="o", markersize=4)
+            for i, name in enumerate(names)}
+
+
+def kernel_label(kernel):
+    return f"{kernel} (external)" if is_external(kernel) else kernel
+
+
+def seq_len_axis(ax, low, high):
+    """Log base-2 x axis from low to high with power-of-two ticks labelled 256, 1k, 64k."""
+    ax.set_xscale("log", base=2)
+    powers = [2 ** p for p in range(int(math.floor(math.log2(low))), int(math.ceil(math.log2(high))) + 1)]
+    ticks = powers[::math.ceil(len(powers) / 10)]  # at most ten labels
+    ax.set_xticks(ticks, [f"{n // 1024}k" if n >= 1024 else str(n) for n in ticks])
+    ax.set_xlabel("sequence length n (tokens; log scale, k = 1024)")
+
+
+def bytes_axis(ax):
+    """Log y axis in bytes, ticks every factor 32 labelled 1 KiB, 32 KiB, 1 MiB, ..."""
+    ticker = pyplot().matplotlib.ticker
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=32))
+    ax.yaxis.set_minor_locator(ticker.LogLocator(base=2))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(
+        lambda value, _: format_bytes(value).replace(".0 ", " ")))
+
+
+def draw_kernels(ax, run, benchmark, dtype, styles, label, to_y):
+    """One line per kernel with data in this dtype (NaN leaves a gap); the n drawn."""
+    drawn = []
+    for kernel in run.kernels(benchmark):
+        seq_lens, values = run.series(benchmark, kernel=kernel, dtype=dtype)
+        # every axis here is logarithmic: a zero is a gap, like a missing value
+        y = [math.nan if missing(v) or v <= 0 else to_y(n, v) for n, v in zip(seq_lens, values)]
+        if all(missing(v) for v in y):
+            continue
+        ax.plot(seq_lens, y, label=label(kernel, dtype), **styles[kernel])
+        drawn += [n for n, v in zip(seq_lens, y) if not missing(v)]
+    return drawn
+
+
+def plot_against_seq_len(run, path, benchmark, title, ylabel, label,
+                         to_y=lambda seq_len, value: value, decorate=None):
+    """One log-log panel per dtype of ``benchmark``'s values against n, a line per kernel.
+
+    ``label(kernel, dtype)`` names a line; ``to_y(n, value)`` maps a value to the plotted y;
+    ``decorate(ax, dtype, drawn)`` adds guides, may set a y axis of its own (else it is
+    log base 10) and returns any more n to show on the x axis.  A panel without
+    data says so.
+    """
+    fig, axes = pyplot().subplots(1, len(bench_spec.DTYPES), figsize=(13, 5.5), squeeze=False)
+    fig.suptitle(f"{title}\n{machine_caption(run)}", fontsize=11)
+    styles = kernel_styles(run)
+    for dtype, ax in zip(bench_spec.DTYPES, axes[0]):
+        ax.set_title(dtype)
+        drawn = draw_kernels(ax, run, benchmark, dtype, styles, label, to_y)
+        if not drawn:
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, "no data in these results", transform=ax.transAxes, ha="center")
+            continue
+        if decorate:
+            drawn += decorate(ax, dtype, drawn)
+        seq_len_axis(ax, min(drawn), max(drawn))
+        if ax.get_yscale() == "linear":
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
