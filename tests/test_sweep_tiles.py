@@ -1,0 +1,15 @@
+"""csrc/sweep_tiles.py: its timer runs a given build of the C extension in a fresh process."""
+import importlib.util
+import math
+
+
+def test_time_build_measures_the_in_place_extension(monkeypatch, project_root):
+    # as for `python csrc/sweep_tiles.py`, whose own directory Python puts on sys.path;
+    # the spawned timer process inherits the path, and imports the script from it
+    monkeypatch.syspath_prepend(str(project_root / "csrc"))
+    import sweep_tiles
+
+    # the extension already built in place: nothing is compiled
+    extension = importlib.util.find_spec("kernels._attention_c").origin
+    rates = sweep_tiles.time_build(extension, "float32", heads=1, n=128)
+    assert len(rates) == 2 and all(math.isfinite(rate) and rate > 0 for rate in rates), rates
