@@ -99,11 +99,8 @@ def check_resources(kernel, problem, copies_bytes=0):
     workspace = kernel.workspace_bytes(
         problem.batch, problem.n_q, problem.n_k, problem.d, problem.d_v, itemsize, problem.causal
     )
-    needed = out_bytes + copies_bytes + workspace
-    if needed < SMALL_ALLOCATION:
-        return  # not worth reading /proc/meminfo (~50 µs) on every small call
-    available = available_bytes()
-    if needed > available:
+
+    def shortfall(needed, available):
         tiled = ", ".join(
             name for name, k in KERNELS.items() if not k.materialises and k.max_scores is None and not k.external
         )
@@ -113,11 +110,23 @@ def check_resources(kernel, problem, copies_bytes=0):
             if workspace
             else "reduce the batch or sequence length"
         )
-        raise MemoryError(
+        return (
             f"kernel {kernel.name!r} needs {format_bytes(needed)} ({needed:,} bytes) for "
             f"batch {problem.batch_shape}, n_q={problem.n_q}, n_k={problem.n_k}, d={problem.d}, "
             f"d_v={problem.d_v}, {problem.dtype}, but only {format_bytes(available)} is available: {advice}"
         )
+
+    require_memory(out_bytes + copies_bytes + workspace, shortfall)
+
+
+def require_memory(needed, shortfall):
+    """MemoryError, raised before anything is allocated, when ``needed`` bytes exceed the
+    memory available now; its message is ``shortfall(needed, available)``."""
+    if needed < SMALL_ALLOCATION:
+        return  # not worth reading /proc/meminfo (~50 µs) on every small call
+    available = available_bytes()
+    if needed > available:
+        raise MemoryError(shortfall(needed, available))
 
 
 def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
