@@ -107,9 +107,12 @@ def _even_mass(n_q, n_k, causal):
 
 
 def _entropy(block):
-    """-Σ p ln p over the last axis, 0 ln 0 = 0."""
+    """-Σ p ln p over the last axis, 0 ln 0 = 0, NaN staying NaN; one temporary the size
+    of the block."""
+    terms = np.zeros_like(block)
     with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(block == 0, 0, block * np.log(block))  # NaN stays NaN
+        np.log(block, out=terms, where=block != 0)
+    terms *= block
     return -terms.sum(axis=-1)
 
 

@@ -41,8 +41,10 @@ def similarity_inputs(q, k, similarity="dot", bilinear=None, scale=None):
     """
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r}; expected one of {', '.join(SIMILARITIES)}")
-    if (bilinear is not None) != (similarity == "bilinear"):
-        raise ValueError("a bilinear matrix A goes with similarity='bilinear', and only with it")
+    if similarity == "bilinear" and bilinear is None:
+        raise ValueError("similarity='bilinear' needs its matrix: bilinear=A of shape (d_q, d_k)")
+    if similarity != "bilinear" and bilinear is not None:
+        raise ValueError(f"a bilinear matrix goes with similarity='bilinear', not {similarity!r}")
     if similarity == "dot":
         return q, k, scale
     if similarity == "cosine":
