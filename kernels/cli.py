@@ -1,4 +1,4 @@
-"""The command line: ``python -m kernels {list,verify,timing,report}`` (also ``attnbench``)."""
+"""The command line: ``python -m kernels {list,verify,timing,report,explain}`` (also ``attnbench``)."""
 import argparse
 import sys
 import time
@@ -97,6 +97,16 @@ def cmd_report(args):
     return 0
 
 
+def cmd_explain(args):
+    if args.kernel not in KERNELS:
+        print(f"unknown kernel {args.kernel}; known: {', '.join(KERNELS)}", file=sys.stderr)
+        return 2
+    from .viz.explain import write_explanation  # matplotlib only when the page is asked for
+
+    print(f"wrote {write_explanation(args.out, kernel=args.kernel)}")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="attnbench", description=__doc__)
     parser.add_argument("--threads", type=int, help="thread budget for BLAS, Numba and OpenMP")
@@ -119,6 +129,10 @@ def main(argv=None):
     report.add_argument("--results", default=".asv/results", help="asv results folder")
     report.add_argument("--out", default="reports", help="where REPORT.md, PNGs and CSVs go")
     report.set_defaults(func=cmd_report)
+    explain = sub.add_parser("explain", help="figures of attention and a README.md that reads them")
+    explain.add_argument("--out", required=True, help="where README.md and the PNGs go")
+    explain.add_argument("--kernel", default="c_tiled", help="the kernel that computes the attention")
+    explain.set_defaults(func=cmd_explain)
     args = parser.parse_args(argv)
     if args.threads:
         threads.set_budget(args.threads)

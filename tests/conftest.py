@@ -1,7 +1,8 @@
-"""What several test files share: the project's root, a test per registered kernel, and
-the asv suite's modules imported as asv imports them."""
+"""What several test files share: the project's root, a test per registered kernel, the
+asv suite's modules imported as asv imports them, and a check that a figure is a PNG."""
 import importlib
 import pathlib
+import struct
 import sys
 
 import pytest
@@ -38,3 +39,22 @@ def bench_modules():
                 for path in sorted((ROOT / "benchmarks").glob("bench_*.py"))}
     finally:
         sys.path.remove(str(ROOT))
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_png(path, min_side=300, min_bytes=10_000):
+    """A whole PNG: the signature, then the IHDR chunk with the image's width and height;
+    more than ``min_bytes``, or it is an empty figure."""
+    data = pathlib.Path(path).read_bytes()
+    assert data[:8] == PNG_SIGNATURE, f"{path} is not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    assert min(width, height) >= min_side, f"{path} is only {width}×{height} pixels"
+    assert len(data) > min_bytes, f"{path} has {len(data)} bytes: an empty figure?"
+
+
+@pytest.fixture(scope="session")
+def assert_png():
+    """``assert_png(path, min_side=300, min_bytes=10_000)``: the file is a real, drawn PNG."""
+    return _check_png

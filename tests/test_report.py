@@ -64,9 +64,9 @@ def csv_row(rows, **cells):
 
 # -- the report from the fixture --------------------------------------------------------
 
-def test_writes_the_report_plots_and_csvs(report_dir, report):
+def test_writes_the_report_plots_and_csvs(report_dir, report, assert_png):
     for plot in PLOTS:
-        assert (report_dir / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert_png(report_dir / plot)
         assert f"]({plot})" in report  # linked relative to REPORT.md
     for name in ("seq_len", "multihead", "fits", "headline", "goals"):
         assert (report_dir / f"{name}.csv").stat().st_size > 0

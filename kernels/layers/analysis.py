@@ -9,8 +9,9 @@ weight on one key and ln(m) when it spreads evenly over the m keys it sees: low 
 is focus.  A key's column mass Σ_i p_ij is how much attention it receives in all; the
 rule for an anomaly is stated in ``analyse_attention``.  Everything works on any leading
 (layer, head, ...) axes and walks the query rows in blocks, so that beyond its inputs
-and results only one block of rows is ever materialised (for n in the thousands, the
-weights themselves need not exist: ``analyse_queries_and_keys``).
+and results only a block of rows (two, while the next is made) is ever materialised;
+for n in the thousands the weights themselves need not exist
+(``analyse_queries_and_keys``).
 """
 from dataclasses import dataclass
 

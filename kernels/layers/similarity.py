@@ -81,7 +81,8 @@ def weight_blocks(q, k, *, causal, scale, block_rows=None):
     """Yield (first row, weights of a block of query rows): q (..., n_q, d), k (..., n_k, d)
     already validated -> blocks (..., rows, n_k), rows chosen so that a block takes about
     ROW_BLOCK_BYTES (or ``block_rows``).  The causal mask keeps its alignment to the whole
-    of q: query i sees keys j <= i + (n_k - n_q)."""
+    of q: query i sees keys j <= i + (n_k - n_q).  At most two blocks exist at a time: the
+    one the caller still holds while the next is computed."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     batch = math.prod(q.shape[:-2])
     if block_rows is None:

@@ -1,0 +1,481 @@
+"""A page that reads attention for someone new to it: figures and numbers, computed on
+our kernels from hand-built and seeded examples (the seed's §11.1.6, §11.1.7 and the
+exercises 2, 3, 4 and 6 of §11.1.8).
+
+    write_explanation(out_dir, kernel="c_tiled", seed=0) -> out_dir / "README.md"
+    python -m kernels explain --out DIR [--kernel NAME]
+
+The examples, each a function returning its data, so that tests can hold them to
+numbers worked out by hand:
+
+    seed_example        the seed's 4-token test: X 4×2, W_Q = W_K = W_V = I, scale 1/√2
+    sentence_example    "The cat sat on the mat" in 6 hand-made features, W_Q built so that
+                        the verb's query finds the subject's key (constructed, not learned)
+    heads_example       a seeded 8-head layer (d_model 64) on the sentence, and what
+                        masking each head changes
+    sink_example        every query drawn to the first token: the anomaly rule fires
+    long_example        2048 tokens with local and periodic structure, causal
+
+The whole page takes about 10 s on a 2-core machine: half of it drawing, a third the
+soft-vs-hard retrieval experiment and its timings (``kernels.layers.retrieval``).
+"""
+import math
+import os
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..api import attention
+from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, analyse_queries_and_keys, attention_entropy
+from ..layers.multi_head import multi_head_attention, multi_head_projections
+from ..layers.retrieval import AGREEMENT_LEVEL, retrieval_cost, soft_vs_hard
+from ..layers.similarity import ROW_BLOCK_BYTES, attention_weights
+from ..memory import format_bytes
+from ..report.tables import Column, Table, fmt_ratio, fmt_seconds
+from . import figures
+from .retrieval import plot_retrieval_cost, plot_soft_vs_hard
+
+SEED_TOKENS = ("The", "cat", "sat", "mat")
+SEED_X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]])  # the seed's X, one row a token
+
+SENTENCE = ("The", "cat", "sat", "on", "the", "mat")
+FEATURES = ("det", "noun", "verb", "prep", "early", "late")
+# each token's features: its word class, and which side of the verb it stands on
+TOKEN_FEATURES = (("det", "early"), ("noun", "early"), ("verb",), ("prep", "late"), ("det", "late"),
+                  ("noun", "late"))
+# W_Q by hand: (feature of the query's token, feature it looks for in the keys) -> strength.
+# A verb looks for a noun, and prefers the one before it (its subject); a determiner for
+# its noun, a noun for its determiner and its verb, a preposition for its object and the
+# verb it attaches to; early and late tokens for tokens on their own side.
+LOOKS_FOR = {
+    ("verb", "noun"): 4.0, ("verb", "early"): 1.0, ("verb", "late"): -1.0,
+    ("det", "noun"): 3.0,
+    ("noun", "det"): 3.0, ("noun", "verb"): 2.0,
+    ("prep", "noun"): 2.0, ("prep", "verb"): 2.0,
+    ("early", "early"): 2.0, ("early", "late"): -2.0, ("late", "late"): 2.0, ("late", "early"): -2.0,
+}
+
+D_MODEL, HEADS = 64, 8
+LONG_N = 2048
+LONG_PERIOD = 256  # tokens between the stripes of the long example
+LONG_PIXELS = 512  # cells per axis of its picture
+
+
+@dataclass(frozen=True)
+class Example:
+    """One attention call spelled out: tokens (n,), queries, keys, values (n, d), the
+    weights (n, n) and the outputs (n, d_v) = weights · values."""
+
+    tokens: tuple
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    weights: np.ndarray
+    outputs: np.ndarray
+
+
+def seed_example(kernel="c_tiled"):
+    """The seed's §11.1.7 test.  W_Q = W_K = W_V = I, so the queries, keys and values are
+    the tokens' vectors themselves; scale 1/√d = 1/√2.  Weights by
+    ``kernels.attention_weights``, outputs by ``kernels.attention`` with ``kernel``."""
+    q = k = v = SEED_X
+    return Example(SEED_TOKENS, q, k, v, attention_weights(q, k), attention(q, k, v, kernel=kernel))
+
+
+def sentence_example(kernel="c_tiled"):
+    """"The cat sat on the mat" with hand-built features and W_Q (``LOOKS_FOR``):
+    x (6, 6) one row of 0/1 features per token, q = x W_Q, k = v = x (W_K = W_V = I),
+    scale 1/√6.  Nothing here was learned."""
+    x = sentence_features()
+    q, k, v = x @ looks_for_matrix(), x, x
+    return Example(SENTENCE, q, k, v, attention_weights(q, k), attention(q, k, v, kernel=kernel))
+
+
+def sentence_features():
+    """x (6, 6): one row of 0/1 ``FEATURES`` per token of ``SENTENCE``."""
+    return np.array([[float(f in features) for f in FEATURES] for features in TOKEN_FEATURES])
+
+
+def looks_for_matrix():
+    """W_Q (6, 6) from ``LOOKS_FOR``: row = the query token's feature, column = the key feature."""
+    w_q = np.zeros((len(FEATURES), len(FEATURES)))
+    for (query_feature, key_feature), strength in LOOKS_FOR.items():
+        w_q[FEATURES.index(query_feature), FEATURES.index(key_feature)] = strength
+    return w_q
+
+
+@dataclass(frozen=True)
+class HeadsExample:
+    weights: np.ndarray         # (heads, n, n) each head's attention weights
+    change: np.ndarray          # (heads,) |out with head h masked − out| / |out| (Frobenius)
+
+
+def heads_example(kernel="c_tiled", seed=0):
+    """A seeded multi-head layer on the sentence: x (6, 64) ~ N(0, 1) (one random
+    embedding per token), W_Q, W_K, W_V, W_O ~ N(0, 1/64) so that projections keep unit
+    scale, 8 heads of width 8.  Each head's weights, and the relative change of the
+    layer's output when that head alone is masked (``head_mask``, the seed's exercise 3)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((len(SENTENCE), D_MODEL))
+    w_q, w_k, w_v, w_o = rng.standard_normal((4, D_MODEL, D_MODEL)) / math.sqrt(D_MODEL)
+    q, k, _ = multi_head_projections(x, w_q, w_k, w_v, heads=HEADS)
+    out = multi_head_attention(x, w_q, w_k, w_v, w_o, heads=HEADS, kernel=kernel)
+    change = np.empty(HEADS)
+    for h in range(HEADS):
+        mask = np.ones(HEADS)
+        mask[h] = 0
+        masked = multi_head_attention(x, w_q, w_k, w_v, w_o, heads=HEADS, kernel=kernel, head_mask=mask)
+        change[h] = np.linalg.norm(masked - out) / np.linalg.norm(out)
+    return HeadsExample(attention_weights(q, k), change)
+
+
+def sink_example(kernel="c_tiled"):
+    """An attention sink by construction: every query is the same vector u = (1, …, 1)
+    (d = 6), the first token's key is 1.2 u and every other key is 0, so each query
+    scores 1.2·6/√6 ≈ 2.94 on "The" and 0 elsewhere.  Values: the sentence's features."""
+    n, d = len(SENTENCE), len(FEATURES)
+    q = np.ones((n, d))
+    k = np.zeros((n, d))
+    k[0] = 1.2
+    v = sentence_features()
+    return Example(SENTENCE, q, k, v, attention_weights(q, k), attention(q, k, v, kernel=kernel))
+
+
+def long_example(seed=0, n=LONG_N, d=D_MODEL):
+    """Queries and keys (n, d) of a long sequence with structure a picture can show: the
+    same positional code for both, 24 cosine/sine pairs with periods from 8 to n tokens
+    (their sum peaks where query and key positions meet: local attention) and 8 pairs of
+    period LONG_PERIOD (stripes every LONG_PERIOD tokens), plus N(0, 0.3²) noise each."""
+    rng = np.random.default_rng(seed)
+    position = np.arange(n)[:, None]
+    local, periodic = 3 * d // 8, d // 8
+    frequency = 2 * np.pi / np.concatenate([np.geomspace(8, n, local), np.full(periodic, LONG_PERIOD)])
+    # q_i·k_j ≈ Σ a² cos(ω (i − j)): 2·24 = 48 at i = j from the local pairs, 3·8 = 24 from the stripes
+    amplitude = np.sqrt(np.concatenate([np.full(local, 2.0), np.full(periodic, 3.0)]))
+    code = np.concatenate([amplitude * np.cos(frequency * position), amplitude * np.sin(frequency * position)],
+                          axis=1)
+    return code + 0.3 * rng.standard_normal((n, d)), code + 0.3 * rng.standard_normal((n, d))
+
+
+def write_explanation(out_dir, *, kernel="c_tiled", seed=0):
+    """Compute every example with ``kernel`` and ``seed``, draw its figures into ``out_dir``
+    and write ``out_dir/README.md``, which walks through them; -> the README's path."""
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sections = [
+        f"# Reading self-attention: figures and numbers\n\n"
+        f"Every number and figure below was computed by `python -m kernels explain` with the "
+        f"`{kernel}` kernel (seed {seed}). Attention turns each query's scores against all keys, "
+        f"q·k/√d, into weights with a softmax (each row of weights sums to 1) and returns the "
+        f"weighted mean of the values. Figures put keys on the x axis and queries on the y axis, "
+        f"so a row is where one token looks.",
+        _seed_section(out_dir, seed_example(kernel)),
+    ]
+    sentence = sentence_example(kernel)
+    heads = heads_example(kernel, seed)
+    sections += [
+        _sentence_section(out_dir, sentence),
+        _heads_section(out_dir, heads),
+        _qkv_section(out_dir, sentence),
+        _entropy_section(out_dir, sentence, heads, sink_example(kernel)),
+        _long_section(out_dir, *long_example(seed)),
+        _retrieval_section(out_dir, kernel, seed),
+    ]
+    return _write_text(out_dir / "README.md", "\n\n".join(sections) + "\n")
+
+
+def _seed_section(out_dir, example):
+    figures.plot_attention_heatmap(
+        example.weights, example.tokens, out_dir / "seed_4_tokens.png",
+        title="The seed's 4-token example: attention weights",
+        caption="X = [[1, 0], [0, 1], [1, 1], [0.5, 0.5]] (The, cat, sat, mat), W_Q = W_K = W_V = I, "
+                "weights softmax(X Xᵀ/√2) by kernels.attention_weights.")
+    w, tokens = example.weights, example.tokens
+    sat = tokens.index("sat")
+    return f"""## 1. The seed's four tokens
+
+The seed's code example (§11.1.7) gives four tokens 2-D vectors, The = [1, 0], cat = [0, 1],
+sat = [1, 1], mat = [0.5, 0.5], and uses them unchanged as queries, keys and values
+(W_Q = W_K = W_V = I). Scores are dot products divided by √2. The attention matrix, one row per
+query:
+
+{_matrix_table("weights", tokens, w, tokens, "query ↓ key →")}
+
+![Heatmap of the 4-token attention weights](seed_4_tokens.png)
+
+"sat" has the longest key ([1, 1] overlaps with every vector), so in every row it receives as
+much weight as any other key or more ({_join(f"{w[i, sat]:.4f} in row {t}" for i, t in enumerate(tokens))}). No row is sharp:
+with scores this close, the softmax spreads the weight (the largest weight is {w.max():.4f}).
+Each output is the weighted mean of the value vectors, Y = A X:
+
+{_matrix_table("outputs", tokens, example.outputs, ("dim 0", "dim 1"), "token")}
+
+"The" and "cat" come out as mirror images ({_vector(example.outputs[0])} and
+{_vector(example.outputs[1])}), and every output is pulled towards sat's [1, 1]."""
+
+
+def _sentence_section(out_dir, example):
+    w, tokens = example.weights, example.tokens
+    figures.plot_attention_heatmap(
+        w, tokens, out_dir / "sentence.png", title='"The cat sat on the mat": who looks at whom',
+        caption="Hand-built: 6 features per token (det, noun, verb, prep, early, late), W_Q chosen "
+                "by hand, W_K = W_V = I; weights by kernels.attention_weights, scale 1/√6.")
+    i = {t: tokens.index(t) for t in ("The", "cat", "sat", "mat")}
+    rules = Table("looks_for", (Column("query", "a query of a …"), Column("key", "looks for a …"),
+                                Column("strength", "strength", lambda s: f"{s:+g}")),
+                  [[q, k, s] for (q, k), s in LOOKS_FOR.items()])
+    return f"""## 2. "The cat sat on the mat": the verb finds its subject
+
+Exercise 2 asks where "sat" looks. Random embeddings and projections would give meaningless
+weights, so here both are **constructed by hand, not learned** (a trained model comes later).
+Each token is six 0/1 features: its word class (det, noun, verb, prep) and whether it stands
+before the verb (early) or after it (late); "sat" itself is neither. The keys and values are
+these features (W_K = W_V = I); W_Q says what each feature looks for in a key:
+
+{rules.markdown()}
+
+![Heatmap of the hand-built sentence's attention weights](sentence.png)
+
+"sat" puts {w[i['sat'], i['cat']]:.2f} of its weight on "cat" (noun, before the verb: its
+subject), {w[i['sat'], i['mat']]:.2f} on "mat" (a noun, but after the verb) and
+{w[i['sat'], i['The']]:.2f} on "The": the bright cell in row "sat", column "cat" that the seed
+predicts. The determiners find their nouns ("The" → "cat" {w[i['The'], i['cat']]:.2f},
+"the" → "mat" {w[4, i['mat']]:.2f}) and "mat" looks back at its determiner "the"
+({w[i['mat'], 4]:.2f}) and at "sat" ({w[i['mat'], i['sat']]:.2f})."""
+
+
+def _heads_section(out_dir, heads):
+    n_heads = heads.weights.shape[0]
+    figures.plot_heads(heads.weights, SENTENCE, out_dir / "heads.png",
+                       title=f"{n_heads} heads of one seeded layer on the same 6 tokens",
+                       caption=f"Random embeddings (6 × {D_MODEL}) and projections ~ N(0, 1/{D_MODEL}), "
+                               f"{n_heads} heads of width {D_MODEL // n_heads}; weights from "
+                               "kernels.multi_head_projections and kernels.attention_weights.")
+    entropy = attention_entropy(heads.weights).mean(axis=-1)
+    ablation = Table("ablation", (Column("head", "head"),
+                                  Column("entropy", "mean entropy (nats)", lambda e: f"{e:.2f}"),
+                                  Column("change", "output change when masked", lambda c: f"{c:.1%}")),
+                     [[h + 1, entropy[h], heads.change[h]] for h in range(n_heads)])
+    most, least = int(heads.change.argmax()), int(heads.change.argmin())
+    return f"""## 3. Eight heads side by side
+
+One multi-head layer (d_model = {D_MODEL}, {n_heads} heads of width {D_MODEL // n_heads}) with
+seeded random weights, on random embeddings of the six tokens. Each head projects the tokens into
+its own small space, so each draws a different pattern. These heads are random: they show that
+heads differ, not what trained heads learn (the seed's guess, heads for syntax, synonyms,
+neighbours and the whole sentence, needs a trained model to test).
+
+![The attention weights of the eight heads](heads.png)
+
+Exercise 3 suggests masking one head and watching what changes. With `head_mask` zero for head h
+the layer's output changes by ‖Δout‖ / ‖out‖:
+
+{ablation.markdown()}
+
+Masking head {most + 1} changes the output most ({heads.change[most]:.1%}), head {least + 1} least
+({heads.change[least]:.1%}). A head's weight pattern alone does not predict this: its value and
+output projections decide how much of the output it carries."""
+
+
+def _qkv_section(out_dir, example):
+    scores = example.q @ example.k.T
+    links = int((scores == scores.max()).sum())  # every pair tied for the largest q·k
+    figures.plot_qkv_vectors(example.q, example.k, example.v, example.tokens, out_dir / "qkv.png",
+                             links=links, features=FEATURES,
+                             title='Query, key and value of each token of "The cat sat on the mat"',
+                             caption="The hand-built example of section 2: q = x W_Q, k = v = x; the lines join "
+                                     f"the {links} query-key pairs of largest q·k (before the 1/√6 scale).")
+    cat, sat = SENTENCE.index("cat"), SENTENCE.index("sat")
+    return f"""## 4. Query, key and value of each token
+
+The seed colours queries red, keys blue and values green. Here every bar is one feature. A key
+(and value) is just the token's features; a query is what the token looks for: "sat"'s query is
++4 on noun, +1 on early and −1 on late, so it matches "cat"'s key (noun, early) with
+q·k = {scores[sat, cat]:g}. The lines join the {links} pairs that share the largest q·k,
+{scores.max():g}: the verb and its subject, and each noun and its determiner, both ways.
+
+![Query, key and value vectors of the six tokens](qkv.png)"""
+
+
+def _entropy_section(out_dir, sentence, heads, sink):
+    figures.plot_entropy(attention_entropy(heads.weights), SENTENCE, out_dir / "entropy.png",
+                         title="Entropy of each query's weights, eight seeded heads",
+                         caption="The seeded layer of section 3: H = −Σ p ln p of each row of each head's "
+                                 "weights, by kernels.attention_entropy.")
+    figures.plot_attention_heatmap(sink.weights, sink.tokens, out_dir / "sink.png",
+                                   title="An attention sink: every query looks at the first token",
+                                   caption="Constructed: all queries u = (1, …, 1), the key of \"The\" 1.2 u, "
+                                           "all other keys 0 (d = 6, scale 1/√6).")
+    n = len(SENTENCE)
+    head_entropy = attention_entropy(heads.weights)
+    h, row = np.unravel_index(head_entropy.argmin(), head_entropy.shape)
+    analysis = analyse_attention(sentence.weights)
+    focus = Table("focus", (Column("query", "query"), Column("focus", "focus (its largest weight)"),
+                            Column("weight", "weight", lambda w: f"{w:.2f}"),
+                            Column("entropy", "entropy (nats)", lambda e: f"{e:.2f}")),
+                  [[SENTENCE[i], SENTENCE[analysis.focus[i]], analysis.focus_weight[i], analysis.entropy[i]]
+                   for i in range(n)])
+    sink_analysis = analyse_attention(sink.weights)
+    flagged = [SENTENCE[j] for j in np.flatnonzero(sink_analysis.anomalous)]
+    return f"""## 5. Entropy, focus and anomalies
+
+Exercise 4 reads an attention matrix three ways. The **entropy** of a row, H = −Σ p ln p, is 0
+when a query puts all its weight on one key and ln {n} = {math.log(n):.2f} nats when it spreads
+evenly over all {n}. For the eight seeded heads:
+
+![Entropy per query and head](entropy.png)
+
+The mean entropy per head runs from {head_entropy.mean(axis=-1).min():.2f} to
+{head_entropy.mean(axis=-1).max():.2f} nats; the most focused row is "{SENTENCE[row]}" in head {h + 1}
+({head_entropy[h, row]:.2f} nats). The hand-built sentence of section 2 is sharper; each query's
+**focus**, the key it weighs most (`analyse_attention`):
+
+{focus.markdown()}
+
+**Anomalies**: `analyse_attention` flags key j when the attention it receives in all, its column
+mass Σ_i p_ij, exceeds {ANOMALY_FACTOR:g} times its even share (what it would receive if every query
+spread its weight evenly over the keys it sees: 1 per key for full attention). In the sentence
+{_anomaly_text(analysis)}. A constructed sink, where every query is drawn to the first token:
+
+![Heatmap of an attention sink](sink.png)
+
+Every query puts {sink.weights[0, 0]:.2f} of its weight on "The"; its column mass is
+{sink_analysis.column_mass[0]:.2f} against an even share of {sink_analysis.even_mass[0]:.0f}, so the rule
+flags {_join(f'"{t}"' for t in flagged)}."""
+
+
+def _anomaly_text(analysis):
+    flagged = [SENTENCE[j] for j in np.flatnonzero(analysis.anomalous)]
+    top = int(analysis.column_mass.argmax())
+    largest = f'the largest column mass is "{SENTENCE[top]}"\'s {analysis.column_mass[top]:.2f}'
+    if not flagged:
+        return f"no key is flagged: {largest}, below {ANOMALY_FACTOR:g}"
+    return f"the rule flags {_join(flagged)} ({largest})"
+
+
+def _long_section(out_dir, q, k):
+    n = q.shape[0]
+    figures.plot_large_attention(
+        (q, k), out_dir / "long_sequence.png", causal=True, max_pixels=LONG_PIXELS,
+        title=f"Local attention, and stripes every {LONG_PERIOD} tokens",
+        caption=f"Seeded queries and keys (d = {q.shape[1]}): one positional code with periods 8 to {n} tokens "
+                f"and {LONG_PERIOD}, plus noise.")
+    analysis = analyse_queries_and_keys(q, k, causal=True)
+    distance = np.arange(n) - analysis.focus  # how far back each query's focus lies
+    rows_per_block = ROW_BLOCK_BYTES // (n * q.itemsize)
+    block = math.ceil(n / LONG_PIXELS)
+    return f"""## 6. {n:,} tokens without the {n:,} × {n:,} matrix
+
+Exercise 6 asks whether a visualisation copes with 1000 × 1000 matrices and saves memory. This one
+draws a causal attention matrix of {n:,} tokens, each query seeing itself and the tokens before it.
+Nothing can show {n * n:,} numbers, so each pixel is the mean weight of a {block} × {block} block of
+query-key pairs, on a log colour scale so that small weights still show. The weights are made from the
+queries and keys a block of {rows_per_block:,} query rows ({format_bytes(ROW_BLOCK_BYTES)}) at a time and
+pooled at once; the whole matrix ({format_bytes(n * n * q.itemsize)} here, {format_bytes(65536**2 * 8)} at
+n = 65,536) never exists.
+
+![Block-averaged causal attention of a {n}-token sequence](long_sequence.png)
+
+The bright diagonal is local attention: {np.mean(distance == 0):.0%} of the queries weigh
+themselves most, {np.mean(distance <= 8):.0%} a key at most 8 tokens back. The parallel stripes are the periodic part of the code:
+keys {LONG_PERIOD}, {2 * LONG_PERIOD}, … tokens back score high again. Mean entropy per query is
+{analysis.entropy.mean():.2f} nats, against ln {n} = {math.log(n):.2f} for a query that spreads
+evenly over all keys."""
+
+
+def _retrieval_section(out_dir, kernel, seed):
+    # weights by attention_weights; with one-hot values the output is the weights themselves,
+    # so no kernel call is needed (a kernel would hold an N × N identity of values)
+    result = soft_vs_hard(seed=seed)
+    cost = retrieval_cost(seed=seed, kernel=kernel)
+    plot_soft_vs_hard(result, out_dir / "soft_vs_hard.png")
+    plot_retrieval_cost(cost, out_dir / "retrieval_cost.png")
+    accuracy = Table("soft_vs_hard", (
+        Column("noise", "noise σ", lambda s: f"{s:g}"),
+        Column("exact", "exact match (dict)", lambda a: f"{a:.0%}"),
+        Column("nearest", "nearest key (argmax q·k)", lambda a: f"{a:.0%}"),
+        Column("soft", "soft, best over T", lambda a: f"{a:.0%}"),
+        Column("t99", f"largest T with ≥ {AGREEMENT_LEVEL:.0%} agreement", lambda t: f"{t:.3g}"),
+        Column("weight", "mean max weight there", lambda w: f"{w:.2f}")),
+        [[noise, result.exact_accuracy[level], result.nearest_accuracy[level], result.soft_accuracy[level].max(),
+          result.agreement_temperature[level],
+          _at_temperature(result.max_weight[level], result.temperatures, result.agreement_temperature[level])]
+         for level, noise in enumerate(result.noise_levels)])
+    timing = Table("retrieval_cost", (
+        Column("n", "stored items N", lambda n: f"{n:,}"),
+        Column("dict", "dict lookup per query", fmt_seconds),
+        Column("attention", f"attention per query ({cost.kernel})", fmt_seconds),
+        Column("ratio", "attention ÷ lookup", fmt_ratio)),
+        [[int(n), h, a, a / h] for n, h, a in zip(cost.sizes, cost.hash_seconds, cost.attention_seconds)])
+    return f"""## 7. Soft against hard retrieval
+
+Attention is a soft lookup: every stored key gets a weight and the answer is a blend of all
+values. A store of {result.n_items:,} random unit keys in {result.dim} dimensions, with one-hot values
+(item ids), is queried {result.n_queries} times per noise level with noisy copies of stored keys, three
+ways: an exact-match dict on the key's bytes, the nearest key (argmax q·k), and attention with
+scores divided by a temperature T (weights by `kernels.attention_weights`; with one-hot values
+the output is the weight vector itself).
+
+{accuracy.markdown()}
+
+The dict only answers a bit-identical query: any noise defeats it. The nearest key and attention
+degrade gracefully: {_degradation_text(result)}. Attention blurs everything when T is large and
+becomes the nearest-key lookup as T falls: {_agreement_text(result)}.
+
+![Soft against hard retrieval against the temperature](soft_vs_hard.png)
+
+The price is the other half of the story: a dict lookup costs the same at any N, attention
+looks at every key.
+
+{timing.markdown()}
+
+![Seconds per query against the number of stored items](retrieval_cost.png)"""
+
+
+def _degradation_text(result):
+    """Accuracy of the nearest key and of attention (at its best T) over the noise levels > 0."""
+    noisy = result.noise_levels > 0
+    percent = lambda values: ", ".join(f"{value:.0%}" for value in values)
+    return (f"at σ = {_join([f'{s:g}' for s in result.noise_levels[noisy]])} the nearest key names "
+            f"{percent(result.nearest_accuracy[noisy])} of the items, and attention at its best "
+            f"temperature {percent(result.soft_accuracy.max(axis=1)[noisy])}")
+
+
+def _agreement_text(result):
+    found = result.agreement_temperature[np.isfinite(result.agreement_temperature)]
+    share = f"{AGREEMENT_LEVEL:.0%} of the queries"
+    if not found.size:
+        return f"at no temperature tried does its output name the nearest key's item for {share}"
+    agreeing = [f"{t:.3g}" for t in np.unique(found)[::-1]]
+    by_level = " at every noise level" if len(agreeing) == 1 else ", depending on the noise level"
+    return f"its output names the nearest key's item for {share} from T = {_join(agreeing)} down{by_level}"
+
+
+def _at_temperature(values, temperatures, temperature):
+    """values[t] at the temperature ``temperature`` (NaN when it is NaN: no such T)."""
+    return float(values[temperatures == temperature][0]) if np.isfinite(temperature) else math.nan
+
+
+def _matrix_table(name, row_labels, matrix, column_labels, corner):
+    """A Markdown table of ``matrix`` with 4 decimals, rows and columns labelled."""
+    columns = (Column("row", corner),) + tuple(
+        Column(str(label), str(label), lambda x: f"{x:.4f}") for label in column_labels)
+    return Table(name, columns, [[label, *row] for label, row in zip(row_labels, matrix)]).markdown()
+
+
+def _vector(values):
+    return "[" + ", ".join(f"{x:.4f}" for x in values) + "]"
+
+
+def _join(items):
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _write_text(path, text):
+    """Write ``text`` to ``path`` whole: beside it first, then renamed into place."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+    return path

@@ -1,0 +1,146 @@
+"""Figures of the soft-against-hard retrieval experiment (``kernels.layers.retrieval``).
+
+    plot_soft_vs_hard(soft_vs_hard(), "soft_vs_hard.png")
+        accuracy, mean max weight, mean entropy and the output's distance to the nearest
+        key's value against the temperature, one colour per noise level
+    plot_retrieval_cost(retrieval_cost(), "retrieval_cost.png")
+        seconds per query against N, dict lookup and attention, fitted slopes
+
+Each returns the path it wrote (PNG).  matplotlib is imported on first draw.
+"""
+import math
+
+import numpy as np
+
+from ..layers.retrieval import AGREEMENT_LEVEL, DECODING_RADIUS
+
+TEMPERATURE_LABEL = "temperature T (scores ÷ T; log scale)"
+
+
+def plot_soft_vs_hard(result, path):
+    """Four panels against T for a ``SoftVsHard`` ``result``; writes ``path``, returns it."""
+    from ..report.plots import pyplot
+
+    plt = pyplot()
+    # the panels above, the legend (a row per noise level or style) and caption below
+    legend_rows = max(len(result.noise_levels), 4)
+    footer_inches = 0.75 + 0.2 * legend_rows
+    fig = plt.figure(figsize=(13, 9.5 + footer_inches), layout="constrained")
+    panels, footer = fig.subfigures(2, 1, height_ratios=(9.5, footer_inches))
+    axes = panels.subplots(2, 2, sharex=True)
+    accuracy_ax, weight_ax, entropy_ax, error_ax = axes.flat
+    temperatures = result.temperatures
+    agrees_somewhere = np.isfinite(result.agreement_temperature)
+    for level, noise in enumerate(result.noise_levels):
+        color = f"C{level % 10}"
+        agreed_at = temperatures == result.agreement_temperature[level]
+        for ax, curve in ((accuracy_ax, result.soft_accuracy), (weight_ax, result.max_weight),
+                          (entropy_ax, result.entropy), (error_ax, result.error_to_nearest)):
+            ax.plot(temperatures, curve[level], color=color, marker="o", markersize=3)
+            ax.plot(temperatures[agreed_at], curve[level][agreed_at], color=color, marker="*",
+                    markersize=14, markeredgecolor="black", linestyle="none")
+        accuracy_ax.axhline(result.nearest_accuracy[level], color=color, linestyle="--")
+        accuracy_ax.axhline(result.exact_accuracy[level], color=color, linestyle=":", linewidth=2.5)
+
+    accuracy_ax.set_title("Accuracy: does the answer name the queried item?")
+    accuracy_ax.set_ylabel("fraction of queries answered correctly")
+    accuracy_ax.set_ylim(-0.04, 1.04)
+
+    guide = dict(color="gray", linestyle="-.", linewidth=1)
+    weight_ax.set_title("Focus: the largest weight of each query (mean)")
+    weight_ax.set_ylabel("mean max weight  max_j w_j")
+    weight_ax.axhline(1 / result.n_items, **guide)
+    # each guide's label sits where every curve is far from it (cold end, or hot end below)
+    weight_ax.annotate(f"uniform weights: 1/N = {1 / result.n_items:.2g}", (temperatures.min(), 1 / result.n_items),
+                       xytext=(0, 6), textcoords="offset points", color="gray")
+
+    entropy_ax.set_title("Spread: entropy of each query's weights (mean)")
+    entropy_ax.set_ylabel("mean entropy  −Σ w ln w  (nats)")
+    entropy_ax.axhline(math.log(result.n_items), **guide)
+    entropy_ax.annotate(f"uniform weights: ln N = {math.log(result.n_items):.2f} nats",
+                        (temperatures.min(), math.log(result.n_items)), xytext=(0, -14),
+                        textcoords="offset points", color="gray")
+
+    error_ax.set_title("Distance of the soft output from the argmax lookup's answer")
+    error_ax.set_ylabel("mean |output − value of nearest key|  (one-hot: √2 apart)")
+    error_ax.axhline(DECODING_RADIUS, **guide)
+    error_ax.annotate("decoding radius √2/2: within it the output names one item",
+                      (temperatures.max(), DECODING_RADIUS), xytext=(0, -14), textcoords="offset points",
+                      ha="right", color="gray")
+
+    for ax in axes.flat:
+        ax.set_xscale("log")
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel(TEMPERATURE_LABEL)
+
+    from matplotlib.lines import Line2D
+
+    noise_handles = [Line2D([], [], color=f"C{level % 10}", marker="o", markersize=3, label=(
+        f"noise σ = {noise:g}:  exact match {result.exact_accuracy[level]:.2f},  nearest key "
+        f"{result.nearest_accuracy[level]:.2f},  largest T with ≥ {AGREEMENT_LEVEL:.0%} agreement "
+        + (f"{result.agreement_temperature[level]:.3g}" if agrees_somewhere[level] else "(no T)")))
+        for level, noise in enumerate(result.noise_levels)]
+    style_handles = [
+        Line2D([], [], color="black", marker="o", markersize=3, label="soft: output = softmax(q·Kᵀ / T) V"),
+        Line2D([], [], color="black", linestyle="--", label="hard: nearest key, argmax q·k (T-independent)"),
+        Line2D([], [], color="black", linestyle=":", linewidth=2.5,
+              label="hard: exact match, dict on the key's bytes (T-independent)"),
+        Line2D([], [], color="black", marker="*", markersize=12, linestyle="none",
+              label=f"largest T at which ≥ {AGREEMENT_LEVEL:.0%} of outputs name the nearest key's item"),
+    ]
+    footer.legend(handles=noise_handles + style_handles, loc="upper center", ncol=2, fontsize=9)
+    fig.suptitle("Self-attention as soft retrieval: from a blend of everything (hot) to the "
+                 "nearest-key lookup (cold)", fontsize=13)
+    footer.text(0.5, 0.02, (
+        f"Computed from N = {result.n_items} stored items (keys random unit vectors in R^{result.dim}, values "
+        f"one-hot item ids), {result.n_queries} queries per noise level = key + σ·ε with ε ~ N(0, I/d), "
+        f"seed {result.seed}.\nCorrect / agrees: the output lies within √2/2 of the target's / the nearest "
+        "key's value, so it names that item and no other."), ha="center", va="bottom", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_retrieval_cost(cost, path):
+    """Seconds per query against N on log-log axes for a ``RetrievalCost``; writes ``path``."""
+    from ..report.fits import fit_power_law
+    from ..report.plots import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 6), layout="constrained")
+    sizes = cost.sizes.astype(float)
+    for seconds, name, style in ((cost.hash_seconds, "dict lookup (hash the query's bytes, probe)",
+                                  dict(color="C0", marker="s")),
+                                 (cost.attention_seconds, f"attention over all N keys ({cost.kernel})",
+                                  dict(color="C3", marker="o"))):
+        fit = fit_power_law(sizes, seconds, min_n=0, min_points=2)
+        label = name if fit is None else f"{name}: fitted slope {fit.b:.2f}"
+        ax.plot(sizes, seconds, label=label, **style)
+    middle = len(sizes) // 2
+    ax.plot(sizes, cost.attention_seconds[middle] * sizes / sizes[middle], color="gray", linestyle="--",
+            linewidth=1, label="O(N) guide (slope 1)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(sizes, [f"{int(n):,}" for n in cost.sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("stored items N (log scale)")
+    ax.set_ylabel(f"seconds per query (median of {cost.repeats}; log scale)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend()
+    ratio = cost.attention_seconds[-1] / cost.hash_seconds[-1]
+    ax.set_title(f"Hash lookup O(1) against attention O(N·d): at N = {int(cost.sizes[-1]):,} "
+                 f"attention costs {ratio:,.0f}× a lookup")
+    fig.text(0.5, -0.01, (
+        f"Keys random unit vectors in R^{cost.dim}, values {cost.dim}-wide, seed {cost.seed}; every query a "
+        f"stored key.  Attention: one call on {cost.n_queries} queries ÷ {cost.n_queries}, "
+        f"{cost.threads} thread(s), {cost.attention_flops[-1] / 1e6:.3g} Mflop per query at the largest N; "
+        f"dict: one thread, {cost.hashed_bytes} bytes hashed per query."), ha="center", va="top", fontsize=8,
+        wrap=True)
+    return _save(fig, path)
+
+
+def _save(fig, path):
+    from ..report.plots import pyplot
+
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    pyplot().close(fig)
+    return path

@@ -1,0 +1,112 @@
+"""``python -m kernels explain``: the page, its figures, and the seed's 4-token example
+held to numbers worked out by hand."""
+import math
+import re
+
+import numpy as np
+import pytest
+
+from kernels import analyse_attention, cli
+from kernels.viz import explain
+
+# The seed's §11.1.7 test: X = [[1, 0], [0, 1], [1, 1], [0.5, 0.5]] (The, cat, sat, mat) and
+# W_Q = W_K = W_V = I, so Q = K = V = X and the scores are X Xᵀ / √2:
+#     The  [1,   0,   1, 0.5] / √2        (The·The = 1, The·cat = 0, The·sat = 1, The·mat = 0.5)
+#     cat  [0,   1,   1, 0.5] / √2
+#     sat  [1,   1,   2, 1  ] / √2
+#     mat  [0.5, 0.5, 1, 0.5] / √2
+# With a = e^(1/√2) ≈ 2.0281 and b = e^(1/(2√2)) ≈ 1.4241, softmax of each row:
+#     The  [a, 1, a, b] / (2a + 1 + b)    ≈ [0.3130, 0.1543, 0.3130, 0.2198]
+#     cat  [1, a, a, b] / (2a + 1 + b)    ≈ [0.1543, 0.3130, 0.3130, 0.2198]
+#     sat  [a, a, a², a] / (3a + a²) = [1, 1, a, 1] / (3 + a)    ≈ [0.1989, 0.1989, 0.4034, 0.1989]
+#     mat  [b, b, a, b] / (3b + a)        ≈ [0.2260, 0.2260, 0.3219, 0.2260]
+A = math.exp(1 / math.sqrt(2))
+B = math.exp(1 / (2 * math.sqrt(2)))
+HAND_WEIGHTS = np.array([
+    [A, 1, A, B] / np.float64(2 * A + 1 + B),
+    [1, A, A, B] / np.float64(2 * A + 1 + B),
+    [1, 1, A, 1] / np.float64(3 + A),
+    [B, B, A, B] / np.float64(3 * B + A),
+])
+# Y = A X: output i = w_i0 [1, 0] + w_i1 [0, 1] + w_i2 [1, 1] + w_i3 [0.5, 0.5]
+#                   = [w_i0 + w_i2 + w_i3/2, w_i1 + w_i2 + w_i3/2]
+#     The  [(2a + b/2), (1 + a + b/2)] / (2a + 1 + b)    ≈ [0.7358, 0.5772]
+#     cat  the mirror image                               ≈ [0.5772, 0.7358]
+#     sat  (1.5 + a) / (3 + a) in both                    ≈ [0.7017, 0.7017]
+#     mat  (1.5b + a) / (3b + a) in both                  ≈ [0.6609, 0.6609]
+HAND_OUTPUTS = np.array([
+    [(2 * A + B / 2) / (2 * A + 1 + B), (1 + A + B / 2) / (2 * A + 1 + B)],
+    [(1 + A + B / 2) / (2 * A + 1 + B), (2 * A + B / 2) / (2 * A + 1 + B)],
+    [(1.5 + A) / (3 + A)] * 2,
+    [(1.5 * B + A) / (3 * B + A)] * 2,
+])
+# float64 softmax of four terms rounds at ~1e-16; the tiled kernels sum in another order
+# and scale by 1/√2 once more, still ~1e-16: 1e-12 leaves room and catches any real slip
+TOLERANCE = 1e-12
+
+
+@pytest.fixture(scope="module")
+def page_dir(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("explain")
+    assert cli.main(["explain", "--out", str(out_dir)]) == 0
+    return out_dir
+
+
+@pytest.fixture(scope="module")
+def page(page_dir):
+    return (page_dir / "README.md").read_text(encoding="utf-8")
+
+
+def section(page, number):
+    """The text of section ``number`` ("## 1. ...") up to the next section."""
+    start = page.index(f"## {number}.")
+    end = page.find("\n## ", start + 1)
+    return page[start : end if end != -1 else len(page)]
+
+
+def test_the_hand_values_are_the_seed_s_numbers():
+    # the arithmetic above, against the rounded values it claims
+    np.testing.assert_allclose(HAND_WEIGHTS.sum(axis=1), 1, rtol=1e-15)
+    np.testing.assert_allclose(HAND_WEIGHTS[0], [0.3130, 0.1543, 0.3130, 0.2198], atol=5e-5)
+    np.testing.assert_allclose(HAND_OUTPUTS[:, 0], [0.7358, 0.5772, 0.7017, 0.6609], atol=5e-5)
+
+
+def test_seed_example_matches_the_hand_arithmetic(own_kernel_name):
+    example = explain.seed_example(own_kernel_name)
+    assert example.tokens == ("The", "cat", "sat", "mat")
+    np.testing.assert_allclose(example.weights, HAND_WEIGHTS, rtol=0, atol=TOLERANCE)
+    np.testing.assert_allclose(example.outputs, HAND_OUTPUTS, rtol=0, atol=TOLERANCE)
+
+
+def test_page_prints_the_seed_s_numbers(page):
+    first = section(page, 1)
+    for value in np.concatenate([HAND_WEIGHTS.ravel(), HAND_OUTPUTS.ravel()]):
+        assert f"{value:.4f}" in first
+
+
+def test_every_figure_on_the_page_exists(page, page_dir, assert_png):
+    files = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", page)
+    assert len(files) == len(set(files)) == 9  # one per figure function call in explain
+    for name in files:
+        assert_png(page_dir / name)
+
+
+def test_sentence_example_sat_attends_to_cat_most():
+    # exercise 2, and what the page says: the constructed weights make "sat" look at its subject
+    example = explain.sentence_example()
+    sat, cat, mat = (example.tokens.index(t) for t in ("sat", "cat", "mat"))
+    row = example.weights[sat]
+    assert row.argmax() == cat
+    assert row[mat] == np.sort(row)[-2]  # "mat", the other noun, second
+
+
+def test_sink_example_trips_the_anomaly_rule_and_only_there():
+    assert np.flatnonzero(analyse_attention(explain.sink_example().weights).anomalous).tolist() == [0]
+    assert not analyse_attention(explain.sentence_example().weights).anomalous.any()
+
+
+def test_unknown_kernel_exits_2_and_names_the_known_ones(tmp_path, capsys):
+    assert cli.main(["explain", "--out", str(tmp_path / "page"), "--kernel", "bogus"]) == 2
+    error = capsys.readouterr().err
+    assert "bogus" in error and "c_tiled" in error
+    assert not (tmp_path / "page").exists()
