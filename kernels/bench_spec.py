@@ -44,6 +44,14 @@ WALL_DTYPE = "float64"
 WALL_CAUSAL = True
 
 
+# ModelLayer and ModelForward: all-MiniLM-L6-v2 (make model).  A layer's parts are timed at
+# any n on random hidden states (no position table needed); the whole forward pass, on
+# random token ids, only up to the model's 512 positions.
+MODEL_WIDTH = 384
+MODEL_LAYER_SEQ_LENS = (256, 1024, 4096) if QUICK else (128, 256, 512, 1024, 2048, 4096, 8192)
+MODEL_FORWARD_SEQ_LENS = (64, 512) if QUICK else (64, 128, 256, 512)
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One asv benchmark, named as asv names it ("module.Class.method"), and the names
@@ -74,10 +82,13 @@ THREAD_BUDGET = Benchmark("bench_machine.Machine.track_thread_budget")
 IMPORT_SECONDS = Benchmark("bench_machine.Startup.track_import_seconds")
 COMPILE_SECONDS = Benchmark("bench_machine.Startup.track_numba_compile_seconds")
 CACHED_CALL_SECONDS = Benchmark("bench_machine.Startup.track_numba_cached_call_seconds")
+MODEL_ATTENTION_SHARE = Benchmark("bench_model.ModelLayer.track_attention_share", ("kernel", "seq_len"))
+MODEL_FORWARD_TIME = Benchmark("bench_model.ModelForward.time_forward", ("kernel", "seq_len"))
 
 # Every benchmark the report reads, in the order its sections use them.
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP,
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
-              IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS)
+              IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
+              MODEL_FORWARD_TIME)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}

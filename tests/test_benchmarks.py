@@ -42,19 +42,26 @@ def test_asv_check_finds_no_problems(project_root):
 def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatch):
     """asv calls teardown after a setup that raised NotImplementedError (a skip), so every
     parameterised class's pair must hold there, and leave the thread budget as it was.
-    Every case is made to skip as on a machine without the optional peers: the peer is
-    unregistered and inputs refuse to be prepared."""
+    Every case is made to skip as on a machine without the optional packages: the peer is
+    unregistered, the model missing, and inputs refuse to be prepared."""
+    from kernels.models import minilm
+
     def refuse(*args, **kwargs):
         raise NotImplementedError("skipped by the test")
 
+    def model_missing(*args, **kwargs):
+        raise minilm.ModelNotInstalled(minilm.INSTALL)
+
     monkeypatch.delitem(kernels.KERNELS, bench_spec.PEER, raising=False)
+    monkeypatch.setattr(minilm, "load", model_missing)
     budget = kernels.threads.budget()
     classes = [cls for module in bench_modules.values()
                for _, cls in inspect.getmembers(module, inspect.isclass)
                if cls.__module__ == module.__name__ and getattr(cls, "params", None)]
-    assert {"SeqLen", "Threads", "PeerSpeedup", "MemoryWall"} <= {cls.__name__ for cls in classes}
+    assert {"SeqLen", "Threads", "PeerSpeedup", "MemoryWall", "ModelLayer"} <= {cls.__name__ for cls in classes}
     for cls in classes:
-        monkeypatch.setattr(inspect.getmodule(cls), "prepare", refuse, raising=False)
+        for check in ("prepare", "check_runs"):
+            monkeypatch.setattr(inspect.getmodule(cls), check, refuse, raising=False)
         for params in itertools.product(*cls.params):
             benchmark = cls()
             with pytest.raises(NotImplementedError):

@@ -21,7 +21,7 @@ FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
 NEWEST_COMMIT = "c0ffee1234567890abcdef1234567890abcdef12"
 OLDER_COMMIT = "01dc0de0000000000000000000000000deadbeef"
 HEADLINE_FLOPS = 4 * 4096 * 4096 * 64 * 8  # one full call: 8 heads, n = 4096, d = 64
-PLOTS = ("time_vs_n.png", "memory_vs_n.png", "throughput_vs_n.png")
+PLOTS = ("time_vs_n.png", "memory_vs_n.png", "throughput_vs_n.png", "model_attention_share.png")
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +204,27 @@ def test_side_by_side(report, report_dir):
 def test_goals(report, goal, measured, met):
     cells = row(section(report, "Goals"), goal)
     assert (cells[1], cells[3]) == (measured, met)
+
+
+def test_model_attention_share_and_crossover(report, report_dir):
+    """The fixture's shares are n / (n + c): one half exactly at n = c, a grid point."""
+    model, forward = section(report, "A real transformer").split("The whole forward pass")
+    assert "n = 6·d = 2,304" in model
+    assert row(model, "numpy")[1:] == ["11%", "20%", "33%", "50%", "67%", "80%", "89%", "1,024"]
+    assert row(model, "c_tiled")[-1] == "4,096"
+    assert row(model, "torch_sdpa")[-1] == "n/a"  # skipped: no crossover to report
+    assert row(forward, "numba_tiled")[1:] == ["1.5 ms", "3 ms", "6 ms", "12 ms"]
+    rows = csv_rows(report_dir, "model_attention_share")
+    assert float(csv_row(rows, kernel="numba_tiled")["crossover_seq_len"]) == pytest.approx(2048)
+
+
+def test_crossover_interpolates_in_log_n_and_needs_a_bracket():
+    from kernels.report.model import crossover
+
+    assert crossover([1000, 4000], [0.25, 0.75]) == pytest.approx(2000)  # halfway in log n
+    assert crossover([1000, 2000, 4000], [0.2, math.nan, 0.8]) == pytest.approx(2000)
+    assert math.isnan(crossover([1000, 2000], [0.6, 0.7]))   # already above at the first n
+    assert math.isnan(crossover([1000, 2000], [0.1, 0.2]))   # never reaches it
 
 
 # -- degraded input ---------------------------------------------------------------------

@@ -15,7 +15,7 @@ and an empty cell in the CSVs.  A new section is one new module and one line bel
 """
 import pathlib
 
-from . import (gaps, goals, memory_wall, multi_head, overview, seq_len, side_by_side, startup,
+from . import (gaps, goals, memory_wall, model, multi_head, overview, seq_len, side_by_side, startup,
                thread_scaling)
 from .document import Plot
 from .results import load_latest_run
@@ -35,6 +35,7 @@ SECTIONS = (
     thread_scaling.thread_scaling,
     side_by_side.side_by_side,
     memory_wall.memory_wall,
+    model.model,
     startup.startup,
     goals.goals,
     gaps.gaps,
