@@ -19,7 +19,8 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6"],
+        # playwright drives the system's Chromium (no browser download) for the viewer's test
+        "test": ["pytest>=7", "hypothesis>=6", "playwright>=1.65"],
         "bench": ["asv>=0.6", "virtualenv"],
         # the CPU build on these machines; an unpinned torch pulls a multi-GB CUDA build
         "peers": ["torch==2.13.0"],

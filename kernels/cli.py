@@ -1,4 +1,4 @@
-"""The command line: ``python -m kernels {list,verify,timing,report,explain}`` (also ``attnbench``)."""
+"""The command line: ``python -m kernels {list,verify,timing,report,explain,heatmap}`` (also ``attnbench``)."""
 import argparse
 import sys
 import time
@@ -20,6 +20,14 @@ def _table(header, rows):
     return "\n".join(lines)
 
 
+def _known(*names):
+    """True when every name is a registered kernel; else says which are not, on stderr."""
+    unknown = [name for name in names if name not in KERNELS]
+    if unknown:
+        print(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(KERNELS)}", file=sys.stderr)
+    return not unknown
+
+
 def cmd_list(args):
     rows = [
         [k.name + (" (external)" if k.external else ""), k.memory_class, k.cap, k.description]
@@ -31,9 +39,7 @@ def cmd_list(args):
 
 def cmd_verify(args):
     names = args.kernel or list(KERNELS)
-    unknown = [n for n in names if n not in KERNELS]
-    if unknown:
-        print(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(KERNELS)}", file=sys.stderr)
+    if not _known(*names):
         return 2
     rows, failures, skips = [], 0, 0
     for outcome in harness.verify(names):
@@ -98,12 +104,26 @@ def cmd_report(args):
 
 
 def cmd_explain(args):
-    if args.kernel not in KERNELS:
-        print(f"unknown kernel {args.kernel}; known: {', '.join(KERNELS)}", file=sys.stderr)
+    if not _known(args.kernel):
         return 2
     from .viz.explain import write_explanation  # matplotlib only when the page is asked for
 
     print(f"wrote {write_explanation(args.out, kernel=args.kernel)}")
+    return 0
+
+
+def cmd_heatmap(args):
+    if not _known(args.kernel):
+        return 2
+    from .models.minilm import ModelNotInstalled
+    from .viz.heatmap import write_heatmap  # matplotlib and the model only when asked for
+
+    try:
+        path = write_heatmap(args.text, args.out, kernel=args.kernel)
+    except ModelNotInstalled as missing:
+        print(f"attnbench heatmap: {missing}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
     return 0
 
 
@@ -133,6 +153,11 @@ def main(argv=None):
     explain.add_argument("--out", required=True, help="where README.md and the PNGs go")
     explain.add_argument("--kernel", default="c_tiled", help="the kernel that computes the attention")
     explain.set_defaults(func=cmd_explain)
+    heatmap = sub.add_parser("heatmap", help="all-MiniLM-L6-v2's heads on a text: figures, viewer, summary.md")
+    heatmap.add_argument("--text", required=True, help="the text whose attention is drawn")
+    heatmap.add_argument("--out", required=True, help="where summary.md, the PNGs and viewer.html go")
+    heatmap.add_argument("--kernel", default="c_tiled", help="the kernel that computes the attention")
+    heatmap.set_defaults(func=cmd_heatmap)
     args = parser.parse_args(argv)
     if args.threads:
         threads.set_budget(args.threads)

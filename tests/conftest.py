@@ -1,5 +1,6 @@
 """What several test files share: the project's root, a test per registered kernel, the
-asv suite's modules imported as asv imports them, and a check that a figure is a PNG."""
+asv suite's modules imported as asv imports them, a check that a figure is a PNG, and the
+optional model (a test that needs it skips, saying how to install it)."""
 import importlib
 import pathlib
 import struct
@@ -58,3 +59,14 @@ def _check_png(path, min_side=300, min_bytes=10_000):
 def assert_png():
     """``assert_png(path, min_side=300, min_bytes=10_000)``: the file is a real, drawn PNG."""
     return _check_png
+
+
+@pytest.fixture(scope="session")
+def minilm_model():
+    """all-MiniLM-L6-v2's weights (float32); skips the test, naming `make model`, without it."""
+    from kernels.models import minilm
+
+    try:
+        return minilm.load()
+    except minilm.ModelNotInstalled as missing:
+        pytest.skip(str(missing))

@@ -28,23 +28,12 @@ FLOAT64_TOLERANCE = 1e-6     # float64 against our own float32: float32's roundi
 ATTENTION_TOLERANCE = 1e-5   # the fixture's weights are rounded to 7 significant digits
 
 
-def _installed():
-    try:
-        minilm.load()
-    except minilm.ModelNotInstalled as missing:
-        return str(missing)
-    return None
-
-
-needs_model = pytest.mark.skipif(_installed() is not None, reason=_installed() or "")
-
-
 def runs(kernel, n_tokens):
     """Whether ``kernel`` takes 12 heads of n × n (the naive rung's size cap)."""
     return kernels.KERNELS[kernel].fits(minilm.HEADS, n_tokens, n_tokens)
 
 
-@needs_model
+@pytest.mark.usefixtures("minilm_model")
 def test_tokens_are_the_models_own_with_its_truncation():
     for sentence in SENTENCES:
         ids, tokens = minilm.tokenize(sentence["text"])
@@ -53,7 +42,7 @@ def test_tokens_are_the_models_own_with_its_truncation():
     assert max(len(s["token_ids"]) for s in SENTENCES) == FIXTURE["max_seq_length"] == minilm.MAX_SEQ_LENGTH
 
 
-@needs_model
+@pytest.mark.usefixtures("minilm_model")
 def test_embeddings_match_sentence_transformers(kernel_name):
     texts = [s["text"] for s in SENTENCES if runs(kernel_name, len(s["token_ids"]))]
     expected = np.array([s["embedding"] for s in SENTENCES if runs(kernel_name, len(s["token_ids"]))])
@@ -64,7 +53,7 @@ def test_embeddings_match_sentence_transformers(kernel_name):
     assert error <= EMBEDDING_TOLERANCE
 
 
-@needs_model
+@pytest.mark.usefixtures("minilm_model")
 def test_float64_is_within_float32_rounding_of_float32():
     texts = [s["text"] for s in SENTENCES]
     single = minilm.encode(texts, kernel="c_tiled")
@@ -74,7 +63,7 @@ def test_float64_is_within_float32_rounding_of_float32():
     np.testing.assert_allclose(np.linalg.norm(double, axis=1), 1.0, atol=1e-12)
 
 
-@needs_model
+@pytest.mark.usefixtures("minilm_model")
 def test_attention_weights_match_the_reference_model(kernel_name):
     reference = FIXTURE["attentions"]
     tokens, weights = minilm.attentions(reference["text"], kernel=kernel_name)
@@ -84,7 +73,7 @@ def test_attention_weights_match_the_reference_model(kernel_name):
     np.testing.assert_allclose(weights, expected, rtol=0, atol=ATTENTION_TOLERANCE)
 
 
-@needs_model
+@pytest.mark.usefixtures("minilm_model")
 def test_removing_every_head_leaves_only_the_feed_forward_path():
     """head_mask zeros a head's output before W_O: all zero, attention adds only b_O."""
     text = "The cat sat on the mat"
@@ -109,7 +98,7 @@ def test_without_the_model_every_entry_point_says_how_to_install_it(monkeypatch)
         minilm.load.cache_clear()
 
 
-@needs_model
+@pytest.mark.usefixtures("minilm_model")
 def test_bad_text_and_dtype_are_clear_errors():
     with pytest.raises(TypeError, match="text must be a str"):
         minilm.encode([b"bytes"])
