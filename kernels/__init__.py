@@ -10,15 +10,16 @@ micro-kernels + OpenMP); ``torch_sdpa`` is an external peer when PyTorch is inst
 
 Built on them (``kernels.layers``): ``multi_head_attention``, ``attention_weights`` and
 ``similarity_attention`` (dot, cosine, bilinear), ``attention_entropy`` and
-``analyse_attention``.
+``analyse_attention``; ``KVCache`` (``kernels.decode``) for decoding a token at a time.
 """
 from .api import attention, validate
+from .decode import KVCache
 from .layers import (analyse_attention, analyse_queries_and_keys, attention_entropy, attention_weights,
                      multi_head_attention, multi_head_projections, similarity_attention)
 from .registry import KERNELS, Kernel, get_kernel
 from .threads import budget as thread_budget, set_budget as set_thread_budget
 
-__all__ = ["KERNELS", "Kernel", "analyse_attention", "analyse_queries_and_keys", "attention",
+__all__ = ["KERNELS", "KVCache", "Kernel", "analyse_attention", "analyse_queries_and_keys", "attention",
            "attention_entropy", "attention_weights", "get_kernel", "multi_head_attention",
            "multi_head_projections", "set_thread_budget", "similarity_attention", "thread_budget",
            "validate"]

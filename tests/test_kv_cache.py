@@ -1,0 +1,109 @@
+"""kernels.KVCache: cached decoding equals full recomputation at every step, on every kernel."""
+import numpy as np
+import pytest
+
+import kernels
+from kernels.reference import reference_attention
+
+HEADS, HEAD_DIM, HEAD_DIM_V = 3, 8, 5
+# float32: the harness budgets of these small cases are a few float32 ulps of values ~1;
+# float64: the harness's 1e-10
+TOLERANCE = {np.float32: 2e-6, np.float64: 1e-10}
+
+
+def sequence(n, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((HEADS, n, HEAD_DIM)).astype(dtype),
+            rng.standard_normal((HEADS, n, HEAD_DIM)).astype(dtype),
+            rng.standard_normal((HEADS, n, HEAD_DIM_V)).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_cached_decoding_equals_full_recomputation_at_every_step(kernel_name, dtype):
+    """A prompt of 5 tokens, then 40 generated one at a time (the cache grows from a
+    capacity of 4): each step's output is row t of causal attention over the whole prefix."""
+    q, k, v = sequence(45, dtype)
+    cache = kernels.KVCache(HEADS, HEAD_DIM, dtype=dtype, capacity=4, head_dim_v=HEAD_DIM_V)
+    cache.append(k[:, :5], v[:, :5])
+    prompt = cache.attend(q[:, :5], kernel=kernel_name)
+    np.testing.assert_allclose(prompt, reference_attention(q[:, :5], k[:, :5], v[:, :5], causal=True),
+                               atol=TOLERANCE[dtype])
+    for t in range(5, 45):
+        cache.append(k[:, t:t + 1], v[:, t:t + 1])
+        out = cache.attend(q[:, t:t + 1], kernel=kernel_name)
+        assert out.shape == (HEADS, 1, HEAD_DIM_V) and out.dtype == dtype
+        full = reference_attention(q[:, :t + 1], k[:, :t + 1], v[:, :t + 1], causal=True)[:, t:t + 1]
+        np.testing.assert_allclose(out, full, atol=TOLERANCE[dtype], err_msg=f"step {t}")
+    assert len(cache) == 45 and cache.capacity >= 45
+    np.testing.assert_array_equal(cache.keys, k)
+    np.testing.assert_array_equal(cache.values, v)
+
+
+def test_growth_doubles_and_keeps_every_token():
+    q, k, v = sequence(300, np.float32)
+    cache = kernels.KVCache(HEADS, HEAD_DIM, capacity=1, head_dim_v=HEAD_DIM_V)
+    capacities = set()
+    for t in range(300):
+        cache.append(k[:, t:t + 1], v[:, t:t + 1])
+        capacities.add(cache.capacity)
+    assert capacities == {2 ** p for p in range(10)}  # 1, 2, 4, ..., 512: amortised O(1) per token
+    np.testing.assert_array_equal(cache.keys, k)
+    assert cache.nbytes == 300 * HEADS * (HEAD_DIM + HEAD_DIM_V) * 4
+    cache.append(k[:, :0], v[:, :0])  # no new tokens: nothing changes
+    assert len(cache) == 300
+
+
+def test_views_are_read_only():
+    cache = kernels.KVCache(HEADS, HEAD_DIM)
+    _, k, _ = sequence(3, np.float32)
+    cache.append(k, k)  # values as wide as the keys: head_dim_v defaults to head_dim
+    with pytest.raises(ValueError, match="read-only"):
+        cache.keys[0, 0, 0] = 1.0
+
+
+@pytest.mark.parametrize("k_shape, v_shape, k_dtype, error, match", [
+    ((2, 1, 8), (2, 1, 8), np.float32, ValueError, r"k must have shape \(heads, t, head_dim\) = \(3, t, 8\)"),
+    ((3, 1, 7), (3, 1, 8), np.float32, ValueError, r"got \(3, 1, 7\)"),
+    ((3, 1, 8), (3, 1, 6), np.float32, ValueError, r"v must have shape \(heads, t, head_dim_v\) = \(3, t, 8\)"),
+    ((3, 2, 8), (3, 1, 8), np.float32, ValueError, "same number of new tokens"),
+    ((3, 1, 8), (3, 1, 8), np.float64, TypeError, "k has dtype float64; this cache holds float32"),
+])
+def test_a_failed_append_is_a_clear_error_and_changes_nothing(k_shape, v_shape, k_dtype, error, match):
+    cache = kernels.KVCache(HEADS, HEAD_DIM, capacity=2)
+    _, k, _ = sequence(2, np.float32)
+    cache.append(k, 2 * k)
+    before = (cache.keys.copy(), cache.values.copy(), cache.capacity)
+    with pytest.raises(error, match=match):
+        cache.append(np.zeros(k_shape, k_dtype), np.zeros(v_shape, np.float32))
+    assert len(cache) == 2 and cache.capacity == before[2]
+    np.testing.assert_array_equal(cache.keys, before[0])
+    np.testing.assert_array_equal(cache.values, before[1])
+
+
+def test_attend_has_the_api_errors():
+    cache = kernels.KVCache(HEADS, HEAD_DIM)
+    q = np.zeros((HEADS, 1, HEAD_DIM), np.float32)
+    with pytest.raises(ValueError, match="n_k must be at least 1"):  # nothing cached yet
+        cache.attend(q)
+    cache.append(np.zeros((HEADS, 2, HEAD_DIM), np.float32), np.zeros((HEADS, 2, HEAD_DIM), np.float32))
+    with pytest.raises(ValueError, match="leading"):
+        cache.attend(np.zeros((2, 1, HEAD_DIM), np.float32))
+    with pytest.raises(TypeError, match="one dtype"):
+        cache.attend(q.astype(np.float64))
+    with pytest.raises(ValueError, match="unknown kernel"):
+        cache.attend(q, kernel="flash")
+
+
+@pytest.mark.parametrize("args, error, match", [
+    (dict(heads=0, head_dim=8), ValueError, "heads must be a positive integer"),
+    (dict(heads=2, head_dim=8, capacity=0), ValueError, "capacity must be a positive integer"),
+    (dict(heads=2, head_dim=8, dtype=np.int32), TypeError, "float32 or float64"),
+])
+def test_bad_construction_is_a_clear_error(args, error, match):
+    with pytest.raises(error, match=match):
+        kernels.KVCache(**args)
+
+
+def test_a_cache_beyond_memory_is_refused_before_allocating():
+    with pytest.raises(MemoryError, match=r"KV cache of 1,000,000,000,000 tokens"):
+        kernels.KVCache(8, 64, capacity=10**12)
