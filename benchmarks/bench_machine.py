@@ -1,8 +1,10 @@
 """The machine's ceiling and the suite's fixed costs, measured in the same run.
 
 sgemm/dgemm throughput of the installed BLAS (what a kernel doing 4·n²·d flops
-could hope for), copy bandwidth, the thread budget every kernel ran with, and the
-start-up costs: ``import kernels``, Numba's first compile, a cached first call.
+could hope for), copy bandwidth and streaming-read bandwidth (what a decoding step,
+which reads the KV cache once, could hope for), the thread budget every kernel ran
+with, and the start-up costs: ``import kernels``, Numba's first compile, a cached first
+call.
 """
 import json
 import os
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 
+import numba
 import numpy as np
 
 import kernels
@@ -50,10 +53,33 @@ class Machine:
 
     track_memory_bandwidth.unit = "GB/s"
 
+    def track_read_bandwidth(self):
+        """Streaming read over every thread of the budget: bytes read per second (a sum of
+        512 MiB, each thread its own contiguous part)."""
+        numba.set_num_threads(min(kernels.threads.budget(), numba.config.NUMBA_NUM_THREADS))
+        parts = kernels.threads.budget()
+        _parallel_sum(self.src, parts)  # warm-up: compile, pages
+        return self.src.nbytes / median_seconds(lambda: _parallel_sum(self.src, parts), repeats=5) / 1e9
+
+    track_read_bandwidth.unit = "GB/s"
+
     def track_thread_budget(self):
         return kernels.threads.budget()
 
     track_thread_budget.unit = "threads"
+
+
+# Each part summed as a slice, reassociated into SIMD lanes, so that memory, not the add
+# latency, bounds it (an explicit scalar loop read at a third of the rate)
+@numba.njit(parallel=True, fastmath={"reassoc"}, cache=True)
+def _parallel_sum(array, parts):
+    """Σ array over ``parts`` contiguous parts, one per parallel task."""
+    size = array.size // parts
+    partial = np.zeros(parts)
+    for part in numba.prange(parts):
+        stop = array.size if part == parts - 1 else (part + 1) * size
+        partial[part] = array[part * size:stop].sum()
+    return partial.sum()
 
 
 # Each start-up cost is measured in a fresh interpreter, the only place it exists.

@@ -52,6 +52,16 @@ MODEL_LAYER_SEQ_LENS = (256, 1024, 4096) if QUICK else (128, 256, 512, 1024, 204
 MODEL_FORWARD_SEQ_LENS = (64, 512) if QUICK else (64, 128, 256, 512)
 
 
+# Decode: one new token's query (8 heads, d = 64, float32) against a KV cache of n tokens,
+# and the same token by recomputing causal attention over the whole prefix (capped: at
+# n = 65,536 that takes minutes; the fitted slope carries it further).  TinyCall: one head,
+# n = 64, where a call's fixed cost shows.
+DECODE_SEQ_LENS = (256, 4096, 65536) if QUICK else (256, 1024, 4096, 16384, 65536)
+RECOMPUTE_SEQ_LENS = tuple(n for n in DECODE_SEQ_LENS if n <= (4096 if QUICK else 16384))
+DECODE_DTYPE = "float32"
+TINY_SEQ_LEN = 64
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One asv benchmark, named as asv names it ("module.Class.method"), and the names
@@ -84,11 +94,18 @@ COMPILE_SECONDS = Benchmark("bench_machine.Startup.track_numba_compile_seconds")
 CACHED_CALL_SECONDS = Benchmark("bench_machine.Startup.track_numba_cached_call_seconds")
 MODEL_ATTENTION_SHARE = Benchmark("bench_model.ModelLayer.track_attention_share", ("kernel", "seq_len"))
 MODEL_FORWARD_TIME = Benchmark("bench_model.ModelForward.time_forward", ("kernel", "seq_len"))
+DECODE_CACHED = Benchmark("bench_decode.CachedDecode.time_token", ("kernel", "seq_len"))
+DECODE_READ_RATE = Benchmark("bench_decode.CachedDecode.track_cache_read_gbytes_per_second",
+                             ("kernel", "seq_len"))
+DECODE_RECOMPUTED = Benchmark("bench_decode.RecomputedDecode.time_token", ("kernel", "seq_len"))
+TINY_CALL = Benchmark("bench_decode.TinyCall.time_attention", ("kernel",))
+READ_BANDWIDTH = Benchmark("bench_machine.Machine.track_read_bandwidth")
 
 # Every benchmark the report reads, in the order its sections use them.
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP,
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
-              MODEL_FORWARD_TIME)
+              MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
+              READ_BANDWIDTH)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}

@@ -21,7 +21,8 @@ FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
 NEWEST_COMMIT = "c0ffee1234567890abcdef1234567890abcdef12"
 OLDER_COMMIT = "01dc0de0000000000000000000000000deadbeef"
 HEADLINE_FLOPS = 4 * 4096 * 4096 * 64 * 8  # one full call: 8 heads, n = 4096, d = 64
-PLOTS = ("time_vs_n.png", "memory_vs_n.png", "throughput_vs_n.png", "model_attention_share.png")
+PLOTS = ("time_vs_n.png", "memory_vs_n.png", "throughput_vs_n.png", "model_attention_share.png",
+         "decode_vs_n.png")
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +217,31 @@ def test_model_attention_share_and_crossover(report, report_dir):
     assert row(forward, "numba_tiled")[1:] == ["1.5 ms", "3 ms", "6 ms", "12 ms"]
     rows = csv_rows(report_dir, "model_attention_share")
     assert float(csv_row(rows, kernel="numba_tiled")["crossover_seq_len"]) == pytest.approx(2048)
+
+
+def test_decode_slopes_bandwidth_memory_and_tiny_calls(report, report_dir):
+    """The fixture's cached steps take bytes / rate (slope 1), recomputation c·n² (slope 2)."""
+    decode = section(report, "Decoding")
+    assert row(decode, "c_tiled", "1.00")[1:] == ["1.00", "2.00", "2.00", "3.00"]
+    assert row(decode, "naive", "n/a", "n/a", "n/a", "n/a") == ["naive"] + ["n/a"] * 4
+    assert "streaming-read bandwidth, measured in the same run (25.0 GB/s)" in decode
+    seconds = 2 * 65536 * 64 * 8 * 4 / 20e9  # the cache's bytes at 20 GB/s
+    assert row(decode, "c_tiled", f"{seconds * 1e3:.3g} ms") == ["c_tiled", f"{seconds * 1e3:.3g} ms", "20.0", "80%"]
+    assert "256.0 MiB; the n × n scores it saves recomputing would take 128.0 GiB (512×)" in decode
+    assert row(decode, "torch_sdpa", "70 µs") == ["torch_sdpa", "70 µs"]
+    assert float(csv_row(csv_rows(report_dir, "decode_slopes"), kernel="numpy")["recomputed_total"]) == \
+        pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("goal, measured, met", [
+    ("c_tiled cached decode, n = 65,536: cache read rate ÷ streaming-read bandwidth", "0.8", "yes"),
+    ("c_tiled cached decode speed over torch_sdpa, n = 65,536 (one run, not side by side)", "1.25", "yes"),
+    ("numba_tiled cached decode time ÷ numpy's, the worst n", "0.714", "yes"),
+    ("tiny call (one head, n = 64): torch_sdpa time ÷ c_tiled time", "7", "yes"),
+])
+def test_decode_goals(report, goal, measured, met):
+    cells = row(section(report, "Goals"), goal)
+    assert (cells[1], cells[3]) == (measured, met)
 
 
 def test_crossover_interpolates_in_log_n_and_needs_a_bracket():

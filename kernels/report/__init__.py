@@ -15,7 +15,7 @@ and an empty cell in the CSVs.  A new section is one new module and one line bel
 """
 import pathlib
 
-from . import (gaps, goals, memory_wall, model, multi_head, overview, seq_len, side_by_side, startup,
+from . import (decode, gaps, goals, memory_wall, model, multi_head, overview, seq_len, side_by_side, startup,
                thread_scaling)
 from .document import Plot
 from .results import load_latest_run
@@ -36,6 +36,7 @@ SECTIONS = (
     side_by_side.side_by_side,
     memory_wall.memory_wall,
     model.model,
+    decode.decode,
     startup.startup,
     goals.goals,
     gaps.gaps,

@@ -3,15 +3,16 @@ the run measured.
 
 Speed against another kernel is always a side-by-side ratio (``PeerSpeedup``,
 ``NumpySpeedup``), never a ratio of two separately timed benchmarks.  The targets were
-set by the performance issue (#4), measured on this project's 2-core machine against
-PyTorch's flash-attention CPU kernel and the installed BLAS; ``source`` says why each
-number is what it is.
+set by the performance issue (#4) and the decode issue (#11), measured on this
+project's 2-core machine against PyTorch's CPU attention and the installed BLAS;
+``source`` says why each number is what it is.
 """
 import math
 from dataclasses import dataclass
 from typing import Callable
 
 from .. import bench_spec as spec
+from .decode import cache_read_fraction
 from .document import Section
 from .multi_head import headline_shape, multihead_gflops, multihead_seconds
 from .side_by_side import numpy_speedup, peer_speedup, speedup_seq_len
@@ -21,7 +22,8 @@ from .thread_scaling import thread_counts, thread_gflops
 
 @dataclass(frozen=True)
 class Goal:
-    """``what`` may name {shape} (the headline's heads and n), {peer} and {numpy_n}."""
+    """``what`` may name {shape} (the headline's heads and n), {peer}, {numpy_n} and
+    {decode_n} (the largest prefix the cached decode ran)."""
 
     what: str
     measure: Callable     # run -> the measured value, NaN when missing
@@ -40,6 +42,21 @@ def _peer(kernel, dtype, all_threads):
         one, every = thread_counts(run, spec.PEER_SPEEDUP)
         return peer_speedup(run, kernel, every if all_threads else one, dtype)
     return measure
+
+
+def _decode_over_numpy(kernel):
+    """The worst, over every n, of the kernel's cached per-token time ÷ numpy's."""
+    def measure(run):
+        ratios = [ratio(run.value(spec.DECODE_CACHED, kernel=kernel, seq_len=n),
+                        run.value(spec.DECODE_CACHED, kernel="numpy", seq_len=n))
+                  for n in run.seq_lens(spec.DECODE_CACHED)]
+        ratios = [r for r in ratios if not missing(r)]
+        return max(ratios) if ratios else math.nan
+    return measure
+
+
+def _largest_decode(run):
+    return max(run.seq_lens(spec.DECODE_CACHED), default=math.nan)
 
 
 def _c_tiled_thread_speedup(run):
@@ -74,6 +91,19 @@ GOALS = (
          0.6, False, "#4: half the scores, plus the tiles crossing the diagonal"),
     Goal("c_tiled all threads ÷ one thread GFLOP/s, float32, {shape}", _c_tiled_thread_speedup,
          1.8, True, "#4: 90% parallel efficiency on this project's 2-core machines"),
+    Goal("c_tiled cached decode, n = {decode_n}: cache read rate ÷ streaming-read bandwidth",
+         lambda run: cache_read_fraction(run, "c_tiled"), 0.75, True,
+         "#11: one query reads the cached K and V once, so a step is bound by bandwidth"),
+    Goal("c_tiled cached decode speed over {peer}, n = {decode_n} (one run, not side by side)",
+         lambda run: ratio(run.value(spec.DECODE_CACHED, kernel=spec.PEER, seq_len=_largest_decode(run)),
+                           run.value(spec.DECODE_CACHED, kernel="c_tiled", seq_len=_largest_decode(run))),
+         1.0, True, "#11: at least level with the fastest peer on single-query decode"),
+    *(Goal(kernel + " cached decode time ÷ numpy's, the worst n", _decode_over_numpy(kernel), 1.0, False,
+           "#11: with one query the tiled rungs split the keys across threads, never slower than numpy")
+      for kernel in spec.TILED),
+    Goal("tiny call (one head, n = 64): {peer} time ÷ c_tiled time",
+         lambda run: ratio(run.value(spec.TINY_CALL, kernel=spec.PEER), run.value(spec.TINY_CALL, kernel="c_tiled")),
+         2.0, True, "#11: a call this small should not wake a thread pool: a fixed cost of microseconds"),
     Goal("first Numba call with an empty cache (compile), seconds",
          lambda run: run.value(spec.COMPILE_SECONDS), 10, False,
          "#4: a first run a user will wait for once"),
@@ -87,7 +117,8 @@ GOALS = (
 
 def goals(run):
     fields = dict(shape=headline_shape(run), peer=spec.PEER,
-                  numpy_n=text(speedup_seq_len(run, spec.NUMPY_SPEEDUP), fmt_count))
+                  numpy_n=text(speedup_seq_len(run, spec.NUMPY_SPEEDUP), fmt_count),
+                  decode_n=text(_largest_decode(run), fmt_count))
     rows = []
     for goal in GOALS:
         measured = goal.measure(run)
@@ -98,7 +129,8 @@ def goals(run):
                             Column("target", "target"), Column("met", "met"),
                             Column("source", "where the target comes from")), rows)
     return Section("Goals", [
-        "Each target was set by the project's performance issue (#4) on a 2-core machine; "
+        "Each target was set by the project's performance (#4) or decode (#11) issue on a "
+        "2-core machine; "
         "speed against another kernel is the side-by-side ratio above.",
         table,
     ])

@@ -45,7 +45,8 @@ def overview(run):
         f"- **Thread budget:** {text(budget, lambda v: f'{v:.0f} threads')} for every kernel "
         "(BLAS, Numba and OpenMP alike).",
         f"- **Ceiling, measured in the same run:** {ceiling} (installed BLAS); memory bandwidth "
-        f"{text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')}.",
+        f"{text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (copy, one thread), "
+        f"{text(run.value(spec.READ_BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (streaming read, every thread).",
         f"- **Versions:** Python {platform.python_version()}, {library_versions()} (read from the "
         "environment that wrote this report).",
     ])])

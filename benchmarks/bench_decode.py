@@ -1,0 +1,81 @@
+"""Decoding a token at a time, the bridge to §11.2: with a KV cache each new token costs
+O(n·d) and is bound by memory bandwidth; recomputing the prefix costs O(n²·d).
+
+8 heads, d = 64, float32 (``kernels.bench_spec``).  The cache is a ``kernels.KVCache``
+filled to exactly n tokens (so its views are contiguous and no kernel copies them); one
+new token's query attends to it.  Recomputation is causal attention over all n queries
+of the prefix, the work a decoder without a cache repeats for every token; it stops at
+n = 16,384 (at 65,536 it takes minutes per token: the fitted slope carries it on).
+"""
+import kernels
+from kernels import bench_spec as spec
+
+from .common import KERNEL_NAMES, check_runs, make_inputs, median_seconds
+
+
+class _Prefix:
+    """q, k, v (8, n, 64) of a seeded prefix of n tokens, in a cache of exactly n."""
+
+    rounds, repeat, warmup_time, timeout = 1, (1, 10, 5.0), 0.0, 900
+
+    def setup(self, kernel, seq_len):
+        self.kernel = kernel
+        self.prefix, k, v = make_inputs(spec.HEADS, seq_len, spec.DECODE_DTYPE)
+        self.cache = kernels.KVCache(spec.HEADS, spec.HEAD_DIM, capacity=seq_len)
+        self.cache.append(k, v)
+        self.query = self.prefix[:, -1:]  # the newest token's query
+        check_runs(kernel, self.queries(), k, v, causal=True)
+        self.token()  # warm-up: JIT, extension, pages
+
+    def time_token(self, kernel, seq_len):
+        self.token()
+
+
+class CachedDecode(_Prefix):
+    """One new token against the cache: O(n·d), reading the cache once."""
+
+    params = [KERNEL_NAMES, list(spec.DECODE_SEQ_LENS)]
+    param_names = ["kernel", "seq_len"]
+
+    def queries(self):
+        return self.query
+
+    def token(self):
+        return self.cache.attend(self.query, kernel=self.kernel)
+
+    def track_cache_read_gbytes_per_second(self, kernel, seq_len):
+        """Bytes of the cached keys and values over the median time of a step."""
+        return self.cache.nbytes / median_seconds(self.token, repeats=9) / 1e9
+
+    track_cache_read_gbytes_per_second.unit = "GB/s"
+
+
+class RecomputedDecode(_Prefix):
+    """The same token without a cache: causal attention over the whole prefix, O(n²·d)."""
+
+    params = [KERNEL_NAMES, list(spec.RECOMPUTE_SEQ_LENS)]
+    param_names = ["kernel", "seq_len"]
+
+    def queries(self):
+        return self.prefix
+
+    def token(self):
+        return kernels.attention(self.prefix, self.cache.keys, self.cache.values, kernel=self.kernel,
+                                 causal=True)
+
+
+class TinyCall:
+    """One head, n = 64, d = 64: about a megaflop, so the time is the call's fixed cost
+    (validation, dispatch, threads)."""
+
+    params = [KERNEL_NAMES]
+    param_names = ["kernel"]
+
+    def setup(self, kernel):
+        self.kernel = kernel
+        self.q, self.k, self.v = make_inputs(1, spec.TINY_SEQ_LEN, spec.DECODE_DTYPE)
+        check_runs(kernel, self.q, self.k, self.v)
+        kernels.attention(self.q, self.k, self.v, kernel=kernel)
+
+    def time_attention(self, kernel):
+        kernels.attention(self.q, self.k, self.v, kernel=self.kernel)

@@ -1,0 +1,121 @@
+"""The decode section (``CachedDecode``, ``RecomputedDecode``, ``TinyCall``): where §11.2
+begins.  With a KV cache a new token costs O(n·d) and reads the cache once; recomputing
+the prefix costs O(n²·d) per token.  Summed over n generated tokens: O(n²) against O(n³).
+"""
+import math
+
+from .. import bench_spec as spec
+from ..memory import format_bytes
+from . import plots
+from .document import Plot, Section
+from .fits import FIT_MIN_N, fit_power_law
+from .tables import Column, Table, fmt_exponent, fmt_percent, fmt_seconds, missing, ratio
+
+SHAPE = f"{spec.HEADS} heads, d = {spec.HEAD_DIM}, {spec.DECODE_DTYPE}"
+
+
+def decode_fits(run):
+    """kernel -> (fit of cached per-token time, fit of recomputed per-token time)."""
+    return {kernel: tuple(fit_power_law(*run.series(benchmark, kernel=kernel))
+                          for benchmark in (spec.DECODE_CACHED, spec.DECODE_RECOMPUTED))
+            for kernel in run.kernels(spec.DECODE_CACHED, spec.DECODE_RECOMPUTED)}
+
+
+def cache_read_fraction(run, kernel, seq_len=None):
+    """A cached step's read rate of the cache ÷ the machine's streaming-read bandwidth."""
+    seq_len = seq_len or max(run.seq_lens(spec.DECODE_READ_RATE), default=math.nan)
+    return ratio(run.value(spec.DECODE_READ_RATE, kernel=kernel, seq_len=seq_len),
+                 run.value(spec.READ_BANDWIDTH))
+
+
+def decode(run):
+    fits = decode_fits(run)
+    exponent = lambda fit: fit.b if fit else math.nan
+    slopes = Table("decode_slopes", (
+        Column("kernel", "kernel"),
+        Column("cached_per_token", "per token, cached", fmt_exponent),
+        Column("recomputed_per_token", "per token, recomputed", fmt_exponent),
+        Column("cached_total", "n tokens, cached", fmt_exponent),
+        Column("recomputed_total", "n tokens, recomputed", fmt_exponent)),
+        [[kernel, exponent(cached), exponent(recomputed), exponent(cached) + 1, exponent(recomputed) + 1]
+         for kernel, (cached, recomputed) in fits.items()])
+    largest = max(run.seq_lens(spec.DECODE_READ_RATE), default=math.nan)
+    bandwidth = run.value(spec.READ_BANDWIDTH)
+    reads = Table("decode_bandwidth", (
+        Column("kernel", "kernel"), Column("seconds", "time per token", fmt_seconds),
+        Column("gbytes_per_second", "cache read, GB/s", lambda v: f"{v:.1f}"),
+        Column("fraction_of_read_bandwidth", "of the read bandwidth", fmt_percent)),
+        [[kernel, run.value(spec.DECODE_CACHED, kernel=kernel, seq_len=largest),
+          run.value(spec.DECODE_READ_RATE, kernel=kernel, seq_len=largest), cache_read_fraction(run, kernel)]
+         for kernel in run.kernels(spec.DECODE_READ_RATE)])
+    tiny = Table("tiny_call", (Column("kernel", "kernel"), Column("seconds", "time per call", fmt_seconds)),
+                 [[kernel, run.value(spec.TINY_CALL, kernel=kernel)] for kernel in run.kernels(spec.TINY_CALL)])
+    n_text = "n/a" if missing(largest) else f"{largest:,}"
+    if missing(largest):
+        memory = "No cached decode in these results."
+    else:
+        itemsize = spec.ITEMSIZE[spec.DECODE_DTYPE]
+        cache_bytes = 2 * largest * spec.HEAD_DIM * spec.HEADS * itemsize
+        score_bytes = spec.HEADS * largest * largest * itemsize
+        memory = (f"At n = {n_text} the cache holds 2·n·d·heads·{itemsize} B = {format_bytes(cache_bytes)}; "
+                  f"the n × n scores it saves recomputing would take {format_bytes(score_bytes)} "
+                  f"({score_bytes / cache_bytes:,.0f}×).")
+
+    def draw(path):
+        plot_decode(run, fits, path)
+
+    return Section("Decoding: the bridge to §11.2", [
+        "Generating text one token at a time, each new token's query attends to every earlier "
+        "token. Recomputing the prefix's causal attention for each new token costs O(n²·d); "
+        "keeping the keys and values in a cache (`kernels.KVCache`) costs O(n·d): the new query "
+        "reads the cache once, so a step is bound by memory bandwidth, not arithmetic. "
+        f"Measured per token ({SHAPE}), against the prefix length n:",
+        Plot("decode_vs_n.png", "Time per generated token against n, with and without a KV cache", draw),
+        f"Fitted exponents (n ≥ {FIT_MIN_N:,}): per token ≈ 1 with the cache and ≈ 2 without; "
+        "summed over n generated tokens, one more (≈ 2 against ≈ 3).",
+        slopes,
+        f"A cached step at n = {n_text} reads the cache's keys and values once; against the "
+        f"machine's streaming-read bandwidth, measured in the same run "
+        f"({'n/a' if missing(bandwidth) else f'{bandwidth:.1f} GB/s'}):",
+        reads,
+        memory,
+        f"A tiny call (one head, n = {spec.TINY_SEQ_LEN}, d = {spec.HEAD_DIM}: about a megaflop) "
+        "is all fixed cost: validation, dispatch and waking threads. A decoder makes one per "
+        "token and layer.",
+        tiny,
+    ])
+
+
+def plot_decode(run, fits, path):
+    """decode_vs_n.png: seconds per token against n, log-log, cached (solid) and recomputed
+    (dotted) per kernel, with the fitted exponents."""
+    pyplot = plots.pyplot()
+    fig, ax = pyplot.subplots(figsize=(9, 6))
+    fig.suptitle(f"Time per generated token vs prefix length ({SHAPE})\n" + plots.machine_caption(run),
+                 fontsize=10)
+    styles = plots.kernel_styles(run)
+    drawn = []
+    for kernel, (cached_fit, recomputed_fit) in fits.items():
+        for benchmark, fit, linestyle, how in ((spec.DECODE_CACHED, cached_fit, "-", "cached"),
+                                              (spec.DECODE_RECOMPUTED, recomputed_fit, ":", "recomputed")):
+            seq_lens, seconds = run.series(benchmark, kernel=kernel)
+            points = [(n, s) for n, s in zip(seq_lens, seconds) if not missing(s) and s > 0]
+            if not points:
+                continue
+            slope = f"n^{{{fit.b:.2f}}}" if fit else "too few points to fit"
+            ax.plot(*zip(*points), label=f"{plots.kernel_label(kernel)}, {how}: ${slope}$"
+                    if fit else f"{plots.kernel_label(kernel)}, {how}: {slope}",
+                    **dict(styles[kernel], linestyle=linestyle))
+            drawn += [n for n, _ in points]
+    if not drawn:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no data in these results", transform=ax.transAxes, ha="center")
+    else:
+        plots.seq_len_axis(ax, min(drawn), max(drawn))
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds per generated token (log scale)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot.close(fig)
