@@ -5,6 +5,7 @@
      QUERY_TILE, KEY_TILE   tile sizes (query rows, keys)
      KEY_CAP                Sᵀ rows per panel: KEY_TILE rounded up to KEY_BLOCK
      ACTIVE_OPS             the selected const struct SUFFIX(tile_ops) *
+     EXP                    expf or exp
 
    For every (head, query tile) and every key tile the query tile can see
    (tiles are stored transposed, in panels of queries: see tile_ops.h):
@@ -13,7 +14,16 @@
      m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax
      alpha = exp(m − m_new), l = alpha · l + rowsum P
      O = alpha · O + P V  (V packed by pack_v)      pv_tile
-   and finally out = O / l. Nothing larger than a tile is ever stored. */
+   and finally out = O / l. Nothing larger than a tile is ever stored.
+
+   With at most DECODE_MAX_QUERIES query rows per head (decoding with a KV cache) a query
+   tile would be almost all padding and there would be only `batch` tiles to share among the
+   threads, so attn_forward takes the split-KV ("flash decoding") path instead: each head's
+   keys are cut into chunks, every (head, chunk) is a task that streams its K and V rows once
+   and keeps, per query row, the partial softmax state of its chunk
+     m_c = max s, l_c = Σ exp(s − m_c), acc_c = Σ exp(s − m_c) v     attend_key_chunk
+   and the rows are then merged across chunks
+     m = max m_c, out = Σ exp(m_c − m) acc_c / Σ exp(m_c − m) l_c    merge_chunks */
 
 struct SUFFIX(scratch) {
     real *qt, *st, *ot, *m, *l, *alpha, *vp;
@@ -152,12 +162,119 @@ static void SUFFIX(attend_query_tile)(const struct SUFFIX(tile_ops) *ops, const 
     }
 }
 
+/* The split-KV partial state of one (head, chunk, query row): [m, l, acc (d_v)]. */
+#define PARTIAL_M 0
+#define PARTIAL_L 1
+#define PARTIAL_ACC 2
+
+/* partial (n_q, d_v + 2): the state of each query row of one head over the keys [j0, j1) of
+   one chunk that the row sees, in blocks of DECODE_KEY_BLOCK keys (each K and V row is read
+   from memory once; the other rows find it in cache). Rows that see none of the chunk are
+   left unwritten: merge_chunks does not read them. */
+static void SUFFIX(attend_key_chunk)(const struct SUFFIX(tile_ops) *ops, const struct shape *sh,
+                                     real scale, const real *q, const real *k, const real *v,
+                                     int64_t j0, int64_t j1, real *partial)
+{
+    const int64_t d = sh->d, d_v = sh->d_v, stride = d_v + PARTIAL_ACC;
+    _Static_assert(DECODE_KEY_BLOCK % ROW_KEY_PAD == 0, "online_softmax_row pads s to ROW_KEY_PAD");
+    real s[DECODE_KEY_BLOCK];
+    for (int64_t r = 0; r < sh->n_q; r++) {
+        real *state = partial + r * stride;
+        state[PARTIAL_M] = -INFINITY;
+        state[PARTIAL_L] = 0;
+        memset(state + PARTIAL_ACC, 0, d_v * sizeof(real));
+    }
+    for (int64_t jb = j0; jb < j1; jb += DECODE_KEY_BLOCK)
+        for (int64_t r = 0; r < sh->n_q; r++) {
+            /* the block's keys row r sees: a masked key is never read, not even with weight 0 */
+            const int64_t keys = min_i64(min_i64(j1, jb + DECODE_KEY_BLOCK), visible_keys(sh, r)) - jb;
+            if (keys <= 0)
+                continue;
+            real *state = partial + r * stride;
+            ops->qk_row(k + jb * d, keys, d, q + r * d, scale, s);           /* s = scale · K q */
+            const real alpha = ops->online_softmax_row(s, keys, state + PARTIAL_M, state + PARTIAL_L);
+            ops->pv_row(s, v + jb * d_v, keys, d_v, alpha, state + PARTIAL_ACC);   /* acc = alpha acc + pᵀV */
+        }
+}
+
+/* out_row (d_v) of query r from the partial states of the chunks it sees keys of, the first
+   at partial, the next chunk_stride further: m = max m_c, w_c = exp(m_c − m),
+   out = Σ w_c acc_c / Σ w_c l_c; zeros for a row that sees no key. A chunk whose scores were
+   all −inf has w_c = 0 (its l_c and acc_c are 0, or NaN, which 0 · NaN keeps); an all −inf
+   row ends as 0/0 = NaN, and a NaN or +inf score as NaN, all as in the reference. */
+static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t r, int64_t key_chunk,
+                                 const real *partial, int64_t chunk_stride, real *out_row)
+{
+    const int64_t chunks = ceil_div(visible_keys(sh, r), key_chunk);
+    memset(out_row, 0, sh->d_v * sizeof(real));
+    if (chunks == 0)
+        return;
+    real m = -INFINITY;
+    for (int64_t c = 0; c < chunks; c++)
+        if (partial[c * chunk_stride + PARTIAL_M] > m)
+            m = partial[c * chunk_stride + PARTIAL_M];
+    const real m_ref = m == -INFINITY ? 0 : m;
+    real l = 0;
+    for (int64_t c = 0; c < chunks; c++) {
+        const real *state = partial + c * chunk_stride;
+        const real w = EXP(state[PARTIAL_M] - m_ref);
+        l += w * state[PARTIAL_L];
+        for (int64_t col = 0; col < sh->d_v; col++)
+            out_row[col] += w * state[PARTIAL_ACC + col];
+    }
+    for (int64_t col = 0; col < sh->d_v; col++)
+        out_row[col] /= l;
+}
+
+/* The split-KV path for all heads: (head, key chunk) tasks, then (head, query row) merges.
+   Chunks: about four tasks per thread over all heads (as for the query tiles below), none
+   shorter than DECODE_MIN_CHUNK keys. Returns nonzero if the partials could not be allocated. */
+static int SUFFIX(attend_split_kv)(const struct SUFFIX(tile_ops) *ops, const struct shape *sh,
+                                   real scale, const real *q, const real *k, const real *v,
+                                   real *out, int64_t batch, int64_t threads, int parallel)
+{
+    const int64_t n_q = sh->n_q, n_k = sh->n_k, d = sh->d, d_v = sh->d_v;
+    const int64_t chunks_per_head = ceil_div(4 * threads, batch);
+    const int64_t even_chunk = ceil_div(n_k, chunks_per_head);
+    const int64_t key_chunk = round_up(even_chunk > DECODE_MIN_CHUNK ? even_chunk : DECODE_MIN_CHUNK,
+                                       DECODE_KEY_BLOCK);
+    const int64_t chunks = ceil_div(n_k, key_chunk);
+    const int64_t row_stride = d_v + PARTIAL_ACC, chunk_stride = n_q * row_stride;
+    real *partial = malloc((size_t)(batch * chunks * chunk_stride) * sizeof(real));
+    if (!partial)
+        return 1;
+
+    #pragma omp parallel num_threads(threads) if(parallel)
+    {
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t w = 0; w < batch * chunks; w++) {
+            const int64_t h = w / chunks, j0 = w % chunks * key_chunk;
+            SUFFIX(attend_key_chunk)(ops, sh, scale, q + h * n_q * d, k + h * n_k * d,
+                                     v + h * n_k * d_v, j0, min_i64(n_k, j0 + key_chunk),
+                                     partial + w * chunk_stride);
+        }
+        #pragma omp for
+        for (int64_t w = 0; w < batch * n_q; w++) {
+            const int64_t h = w / n_q, r = w % n_q;
+            SUFFIX(merge_chunks)(sh, r, key_chunk, partial + h * chunks * chunk_stride + r * row_stride,
+                                 chunk_stride, out + w * d_v);
+        }
+    }
+    free(partial);
+    return 0;
+}
+
 int SUFFIX(attn_forward)(const real *q, const real *k, const real *v, real *out,
                          int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
                          int causal, real scale, int n_threads)
 {
     const struct SUFFIX(tile_ops) *ops = ACTIVE_OPS;
     const struct shape sh = make_shape(n_q, n_k, d, d_v, causal);
+    const int64_t threads = n_threads > 0 ? n_threads : 1;
+    const int parallel = worth_threads(batch, n_q, n_k, d, d_v);
+
+    if (n_q <= DECODE_MAX_QUERIES)
+        return SUFFIX(attend_split_kv)(ops, &sh, scale, q, k, v, out, batch, threads, parallel);
 
     /* Causal with n_q > n_k: the first rows see no key at all. */
     for (int64_t h = 0; h < batch; h++)
@@ -167,7 +284,7 @@ int SUFFIX(attn_forward)(const real *q, const real *k, const real *v, real *out,
        then gives too few tiles to share among the threads: shrink the tile (in whole
        panels) until all heads together give about four tiles per thread (measured: one
        head, n = 1024, float32, 2 threads: 82 -> 90 GFLOP/s). */
-    const int64_t rows = n_q - sh.first_row, threads = n_threads > 0 ? n_threads : 1;
+    const int64_t rows = n_q - sh.first_row;
     const int64_t tiles_per_head = ceil_div(4 * threads, batch);
     const int64_t query_tile = clamp_i64(round_up(ceil_div(rows, tiles_per_head), ops->query_panel),
                                          ops->query_panel, QUERY_TILE);
@@ -175,7 +292,7 @@ int SUFFIX(attn_forward)(const real *q, const real *k, const real *v, real *out,
     const int64_t work = batch * tiles;
     int failed = 0;
 
-    #pragma omp parallel num_threads(threads) reduction(|:failed)
+    #pragma omp parallel num_threads(threads) if(parallel) reduction(|:failed)
     {
         struct SUFFIX(scratch) sc;
         SUFFIX(scratch_alloc)(&sc, &sh, ops);
@@ -196,3 +313,7 @@ int SUFFIX(attn_forward)(const real *q, const real *k, const real *v, real *out,
     }
     return failed;
 }
+
+#undef PARTIAL_M
+#undef PARTIAL_L
+#undef PARTIAL_ACC

@@ -23,7 +23,15 @@
    NaN or Inf in a masked key's value cannot leak into the row; the driver has already set
    those scores to −inf. panel_keys[p] is the most any query of panel p sees: Sᵀ rows beyond
    it are neither computed nor read, which spares the fully masked part of a causal
-   diagonal tile. */
+   diagonal tile.
+
+   The row operations serve the split-KV (decode) path, where a head has too few queries
+   to fill a panel: one query row q (d) meets a block of keys straight from the input,
+     s (keys) = scale · K (keys, d) · q                          qk_row
+     online softmax of s as above, for this one row               online_softmax_row
+     acc (d_v) = alpha · acc + pᵀ V (keys, d_v)                   pv_row
+   Every key of the block is one the row sees: the driver cuts the block at the row's
+   causal limit, so a masked key is never read. */
 #ifndef ATTNBENCH_TILE_OPS_H
 #define ATTNBENCH_TILE_OPS_H
 
@@ -31,6 +39,7 @@
 
 #define KEY_BLOCK 4   /* keys per QK micro-kernel call (rows of Sᵀ) */
 #define COL_BLOCK 4   /* value columns per PV micro-kernel call (rows of Oᵀ) */
+#define ROW_KEY_PAD 8 /* online_softmax_row's s holds round_up(keys, ROW_KEY_PAD) values */
 
 /* Index arithmetic, shared by the driver and the tile operations. */
 static inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -52,6 +61,14 @@ struct tile_ops_f32 {
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from the packed vp, query r summing over its first visible[r] keys */
     void (*pv_tile)(const float *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
                     const float *vp, int64_t d_v, int64_t rows_pad, float *ot);
+    /* s (keys) = scale · K (keys, d) · q (d) */
+    void (*qk_row)(const float *k, int64_t keys, int64_t d, const float *q, float scale, float *s);
+    /* m_new = max(m, max s), s = exp(s − m_new) (measured from 0 while m_new = −inf),
+       l = alpha · l + Σ s, m = m_new; returns alpha = exp(m − m_new) */
+    float (*online_softmax_row)(float *s, int64_t keys, float *m, float *l);
+    /* acc (d_v) = alpha · acc + Σ_j p[j] · V row j, over keys rows of V (keys, d_v) */
+    void (*pv_row)(const float *p, const float *v, int64_t keys, int64_t d_v, float alpha,
+                   float *acc);
 };
 
 struct tile_ops_f64 {
@@ -63,6 +80,11 @@ struct tile_ops_f64 {
                            int64_t rows_pad, double *m, double *l, double *alpha);
     void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
                     const double *vp, int64_t d_v, int64_t rows_pad, double *ot);
+    void (*qk_row)(const double *k, int64_t keys, int64_t d, const double *q, double scale,
+                   double *s);
+    double (*online_softmax_row)(double *s, int64_t keys, double *m, double *l);
+    void (*pv_row)(const double *p, const double *v, int64_t keys, int64_t d_v, double alpha,
+                   double *acc);
 };
 
 extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32;

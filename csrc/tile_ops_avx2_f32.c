@@ -50,4 +50,26 @@ INLINE_AVX2_FMA __m256 lanes_seeing(const int32_t *visible, int64_t j)
                                                   _mm256_set1_epi32((int)j)));
 }
 
+/* all-ones in lanes c < n, for a row's last n < 8 columns (n <= 0: none, n >= 8: all) */
+INLINE_AVX2_FMA __m256i lanes_below(int64_t n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)clamp_i64(n, 0, LANES)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+INLINE_AVX2_FMA float v_hsum(__m256 x)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* the largest lane, of lanes holding no NaN */
+INLINE_AVX2_FMA float v_hmax(__m256 x)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
 #include "tile_ops_avx2_template.h"

@@ -50,4 +50,23 @@ INLINE_AVX2_FMA __m256d lanes_seeing(const int32_t *visible, int64_t j)
         _mm256_cvtepi32_epi64(_mm_load_si128((const __m128i *)visible)), _mm256_set1_epi64x(j)));
 }
 
+/* all-ones in lanes c < n, for a row's last n < 4 columns (n <= 0: none, n >= 4: all) */
+INLINE_AVX2_FMA __m256i lanes_below(int64_t n)
+{
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(clamp_i64(n, 0, LANES)), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+
+INLINE_AVX2_FMA double v_hsum(__m256d x)
+{
+    const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(x), _mm256_extractf128_pd(x, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+/* the largest lane, of lanes holding no NaN */
+INLINE_AVX2_FMA double v_hmax(__m256d x)
+{
+    const __m128d s = _mm_max_pd(_mm256_castpd256_pd128(x), _mm256_extractf128_pd(x, 1));
+    return _mm_cvtsd_f64(_mm_max_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
 #include "tile_ops_avx2_template.h"

@@ -7,6 +7,8 @@
      V_BROADCAST          _mm256_broadcast_ss or _mm256_broadcast_sd
      v_exp(x)             exp on every lane (its polynomial is the precision's own)
      lanes_seeing(visible, j)   all-ones in the lanes whose visible count exceeds key j
+     lanes_below(n)       the __m256i mask of lanes c < n (a row's tail for maskload)
+     v_hsum(x), v_hmax(x) the sum and the max of the lanes
    and AVX2_FMA / INLINE_AVX2_FMA, the target attributes. Both micro-kernels are
    KEY_BLOCK (or COL_BLOCK) × PANEL_VECS = 4 × 3 vectors: 12 accumulators, and with
    3 loaded and 1 broadcast operand all 16 ymm registers. Their inner loops are unrolled
@@ -165,10 +167,114 @@ static AVX2_FMA void pv_tile(const real *pt, int64_t key_cap, const int32_t *vis
     }
 }
 
+/* Row operations (split-KV path, tile_ops.h): SIMD lanes run along d, over one row. */
+
+#define ROW_KEYS 4   /* keys per qk_row step: four independent FMA chains */
+#define ROW_VECS 8   /* vectors of value columns per pv_row pass: 8 accumulators */
+
+/* s (keys) = scale · K (keys, d) · q (d); the last d % LANES columns by masked loads */
+static AVX2_FMA void qk_row(const real *k, int64_t keys, int64_t d, const real *q, real scale,
+                            real *s)
+{
+    const int64_t full = d / LANES * LANES;
+    const __m256i tail = lanes_below(d - full);
+    for (int64_t j = 0; j < keys; j += ROW_KEYS) {
+        _Static_assert(ROW_KEYS == 4, "k_rows lists 4 key rows by hand");
+        /* past the last key, repeat it: those scores are computed but not stored */
+        const real *const k_rows[ROW_KEYS] = {
+            k + min_i64(j, keys - 1) * d,     k + min_i64(j + 1, keys - 1) * d,
+            k + min_i64(j + 2, keys - 1) * d, k + min_i64(j + 3, keys - 1) * d,
+        };
+        vec acc[ROW_KEYS];
+        for (int i = 0; i < ROW_KEYS; i++)
+            acc[i] = V(setzero)();
+        for (int64_t c = 0; c < full; c += LANES) {
+            const vec x = V(loadu)(q + c);
+            for (int i = 0; i < ROW_KEYS; i++)
+                acc[i] = V(fmadd)(V(loadu)(k_rows[i] + c), x, acc[i]);
+        }
+        if (full < d) {
+            const vec x = V(maskload)(q + full, tail);
+            for (int i = 0; i < ROW_KEYS; i++)
+                acc[i] = V(fmadd)(V(maskload)(k_rows[i] + full, tail), x, acc[i]);
+        }
+        for (int i = 0; i < ROW_KEYS && j + i < keys; i++)
+            s[j + i] = scale * v_hsum(acc[i]);
+    }
+}
+
+/* online_softmax_panel for one row whose scores lie contiguous (s holds round_up(keys,
+   ROW_KEY_PAD) values: the padding is set to −inf, weight 0 and never the max) */
+static AVX2_FMA real online_softmax_row(real *s, int64_t keys, real *m, real *l)
+{
+    const int64_t padded = round_up(keys, LANES);
+    for (int64_t j = keys; j < padded; j++)
+        s[j] = -INFINITY;
+    vec m_lanes = V(set1)(*m);
+    for (int64_t j = 0; j < padded; j += LANES)
+        m_lanes = V(max)(V(loadu)(s + j), m_lanes);   /* NaN never enters m */
+    const real m_new = v_hmax(m_lanes);
+    const real m_ref = m_new == -INFINITY ? 0 : m_new;   /* see online_softmax_panel */
+    const vec ref = V(set1)(m_ref);
+    vec sum = V(setzero)();
+    for (int64_t j = 0; j < padded; j += LANES) {
+        const vec p = v_exp(V(sub)(V(loadu)(s + j), ref));
+        V(storeu)(s + j, p);
+        sum = V(add)(sum, p);
+    }
+    real alpha[LANES];
+    V(storeu)(alpha, v_exp(V(set1)(*m - m_ref)));
+    *l = alpha[0] * *l + v_hsum(sum);
+    *m = m_new;
+    return alpha[0];
+}
+
+/* ROW_VECS vectors of acc from column c0: acc = alpha · acc + Σ_j p[j] · V row j. With full
+   (a constant after inlining) all the columns exist; otherwise those past d_v are masked. */
+INLINE_AVX2_FMA void pv_row_columns(const real *p, const real *v, int64_t keys, int64_t d_v,
+                                    real alpha, real *acc, int64_t c0, int full)
+{
+    __m256i mask[ROW_VECS];
+    vec o[ROW_VECS];
+    const vec a = V(set1)(alpha);
+    for (int i = 0; i < ROW_VECS; i++) {
+        mask[i] = lanes_below(d_v - c0 - i * LANES);
+        const real *x = acc + c0 + i * LANES;
+        o[i] = V(mul)(a, full ? V(loadu)(x) : V(maskload)(x, mask[i]));
+    }
+    for (int64_t j = 0; j < keys; j++) {
+        const vec b = V(set1)(p[j]);
+        for (int i = 0; i < ROW_VECS; i++) {
+            const real *x = v + j * d_v + c0 + i * LANES;
+            o[i] = V(fmadd)(b, full ? V(loadu)(x) : V(maskload)(x, mask[i]), o[i]);
+        }
+    }
+    for (int i = 0; i < ROW_VECS; i++) {
+        if (full)
+            V(storeu)(acc + c0 + i * LANES, o[i]);
+        else
+            V(maskstore)(acc + c0 + i * LANES, mask[i], o[i]);
+    }
+}
+
+/* acc (d_v) = alpha · acc + Σ_j p[j] · V row j, ROW_VECS · LANES columns per pass over the keys */
+static AVX2_FMA void pv_row(const real *p, const real *v, int64_t keys, int64_t d_v, real alpha,
+                            real *acc)
+{
+    int64_t c0 = 0;
+    for (; c0 + ROW_VECS * LANES <= d_v; c0 += ROW_VECS * LANES)
+        pv_row_columns(p, v, keys, d_v, alpha, acc, c0, 1);
+    if (c0 < d_v)
+        pv_row_columns(p, v, keys, d_v, alpha, acc, c0, 0);
+}
+
 const struct SUFFIX(tile_ops) SUFFIX(tile_ops_avx2) = {
     .isa = "avx2-fma",
     .query_panel = QUERY_PANEL,
     .qk_tile = qk_tile,
     .online_softmax = online_softmax,
     .pv_tile = pv_tile,
+    .qk_row = qk_row,
+    .online_softmax_row = online_softmax_row,
+    .pv_row = pv_row,
 };

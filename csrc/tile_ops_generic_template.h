@@ -71,12 +71,57 @@ static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32
     }
 }
 
+/* s (keys) = scale · K (keys, d) · q (d), summed in double as in qk_tile_generic */
+static void SUFFIX(qk_row_generic)(const real *k, int64_t keys, int64_t d, const real *q,
+                                   real scale, real *s)
+{
+    for (int64_t j = 0; j < keys; j++) {
+        double acc = 0;
+        for (int64_t p = 0; p < d; p++)
+            acc += (double)k[j * d + p] * q[p];
+        s[j] = (real)(scale * acc);
+    }
+}
+
+/* online_softmax_generic for one row whose scores lie contiguous */
+static real SUFFIX(online_softmax_row_generic)(real *s, int64_t keys, real *m, real *l)
+{
+    real m_new = *m;
+    for (int64_t j = 0; j < keys; j++)
+        if (s[j] > m_new)   /* false for NaN: it reaches l through exp */
+            m_new = s[j];
+    const real m_ref = m_new == -INFINITY ? 0 : m_new;   /* see online_softmax_generic */
+    real sum = 0;
+    for (int64_t j = 0; j < keys; j++) {
+        s[j] = EXP(s[j] - m_ref);
+        sum += s[j];
+    }
+    const real alpha = EXP(*m - m_ref);
+    *l = alpha * *l + sum;
+    *m = m_new;
+    return alpha;
+}
+
+/* acc (d_v) = alpha · acc + Σ_j p[j] · V row j */
+static void SUFFIX(pv_row_generic)(const real *p, const real *v, int64_t keys, int64_t d_v,
+                                   real alpha, real *acc)
+{
+    for (int64_t c = 0; c < d_v; c++)
+        acc[c] *= alpha;
+    for (int64_t j = 0; j < keys; j++)
+        for (int64_t c = 0; c < d_v; c++)
+            acc[c] += p[j] * v[j * d_v + c];
+}
+
 const struct SUFFIX(tile_ops) SUFFIX(tile_ops_generic) = {
     .isa = "generic",
     .query_panel = GENERIC_QUERY_PANEL,
     .qk_tile = SUFFIX(qk_tile_generic),
     .online_softmax = SUFFIX(online_softmax_generic),
     .pv_tile = SUFFIX(pv_tile_generic),
+    .qk_row = SUFFIX(qk_row_generic),
+    .online_softmax_row = SUFFIX(online_softmax_row_generic),
+    .pv_row = SUFFIX(pv_row_generic),
 };
 
 #undef GENERIC_QUERY_PANEL

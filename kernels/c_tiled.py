@@ -11,7 +11,11 @@ Sᵀ = scale · K Qᵀ and Oᵀ = alpha · Oᵀ + Vᵀ Pᵀ, and between them th
 down the columns with a 2-ulp polynomial exp, so a query's max and sum never need a
 horizontal reduction.
 OpenMP spreads (batch·head, query tile) pairs over the threads, heaviest causal tiles
-first, and the call runs without the GIL (cffi API mode).  The SIMD path is chosen at run
+first, and the call runs without the GIL (cffi API mode).
+Decoding (at most 4 query rows per head) takes a split-KV path instead: each head's keys
+are cut into chunks, (head, chunk) tasks stream K and V once with SIMD along d and keep a
+partial (max, sum, accumulator) per row, merged per row at the end.  A call under 2e5
+flops runs on the calling thread without waking the OpenMP team.  The SIMD path is chosen at run
 time (``isa``/``use_isa``); a portable C path serves CPUs without AVX2 + FMA.
 
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),

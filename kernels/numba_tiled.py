@@ -43,6 +43,15 @@ Causal: query i sees keys j <= i + (n_k - n_q).  Key tiles a query tile cannot s
 are skipped; on a tile crossing the diagonal a key a query does not see gets the
 score -inf and stays out of that query's P V, so that not even 0 · NaN reaches it.
 Query tiles are interleaved light/heavy across tasks.
+
+Decoding (up to SPLIT_KV_MAX_ROWS = 4 queries per head, e.g. one new token against a
+KV cache) takes a split-KV path instead ("flash decoding"): a query tile would pad one
+query to a whole panel, and B tasks could not use the threads.  One ``prange`` runs
+over (head, chunk of SPLIT_KV_CHUNK keys); each task reads its keys and values once
+for all the head's queries and leaves a partial (m, l, acc) per query, which a second
+``prange`` over (head, query) merges.  Time O(B · n_q · n_k · (d + d_v)) with plain
+vectorised dot products (memory-bound); extra memory O(B · n_k / SPLIT_KV_CHUNK ·
+n_q · d_v) partials.  Same NaN/Inf and causal semantics as the tiled path.
 """
 import math
 
@@ -58,6 +67,10 @@ from .threads import budget
 TILE_Q = 120  # query rows per parallel task (a multiple of both panels: 24 float32, 12 float64 queries)
 TILE_K = 64  # keys per step of the online softmax (a multiple of BLOCK_ROWS)
 LOG2_E = 1.0 / math.log(2.0)
+# Decoding: a query tile would pad a few queries to a whole panel (24 float32 rows)
+# and leave the threads idle, so up to this many queries per head split the keys instead.
+SPLIT_KV_MAX_ROWS = 4
+SPLIT_KV_CHUNK = 256  # keys per split-KV task
 
 
 @njit(**INTERNAL)
@@ -272,8 +285,129 @@ def attention(q, k, v, out, causal, scale):
         attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, offset, q_factor, log2_scale)
 
 
+@njit(**INTERNAL)
+def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc):
+    """One split-KV task: every query of one head against the keys j0 <= j < j1.
+
+    q (n_q, d), k (n_k, d), v (n_k, d_v); query i sees keys j < i + 1 + offset.
+    Writes, per query, the chunk's max m and sum l of P = 2**((S - m) · log2_scale)
+    into stats (n_q, 2), and the un-normalised acc (n_q, d_v) = P V.  A query that sees
+    none of the chunk gets m = -inf, l = 0, acc = 0; keys past its limit never enter.
+    Each key and value row is read once, for all queries; the loops over d and d_v
+    are the ones LLVM vectorises.
+    """
+    n_q, d = q.shape
+    d_v = v.shape[1]
+    dtype = q.dtype
+    neg_inf = dtype.type(-np.inf)
+    zero = dtype.type(0.0)
+    # scratch: the scaled queries (q_factor · q) and this chunk's scores, then P
+    scratch = np.empty((n_q, d + SPLIT_KV_CHUNK), dtype)
+    visible = np.empty(n_q, np.int64)
+    for r in range(n_q):
+        visible[r] = min(j1, max(j0, r + 1 + offset)) - j0  # non-decreasing in r
+        for c in range(d):
+            scratch[r, c] = q[r, c] * q_factor
+    keys = visible[n_q - 1]
+    # S = (q_factor · Q) K_chunkᵀ, only the keys each query sees: key j is seen by the
+    # rows first ... n_q - 1.  (A test "j < visible[r]" around the loop over d
+    # kept LLVM from vectorising it: 3x slower.)
+    first = 0
+    for j in range(keys):
+        while visible[first] <= j:
+            first += 1
+        k_row = k[j0 + j]
+        for r in range(first, n_q):
+            q_row = scratch[r, :d]
+            s = zero
+            for c in range(d):
+                s += q_row[c] * k_row[c]
+            scratch[r, d + j] = s
+    # m = rowmax S (fmax skips a NaN score, which poisons the row through P),
+    # P = 2**((S - m) · log2_scale), l = rowsum P; shift by 0 while m = -inf, as
+    # online_softmax does, so that P = 0 rather than NaN
+    for r in range(n_q):
+        p_row = scratch[r, d : d + visible[r]]
+        m = neg_inf
+        for j in range(visible[r]):
+            m = np.fmax(m, p_row[j])
+        shift = zero if m == neg_inf else m
+        l = zero
+        for j in range(visible[r]):
+            p = exp2((p_row[j] - shift) * log2_scale)
+            p_row[j] = p
+            l += p
+        stats[r, 0] = m
+        stats[r, 1] = l
+        acc[r, :] = 0
+    # acc = P V_chunk, again over the rows that see each key; a key is never skipped
+    # for a zero weight (0 · NaN must give NaN)
+    first = 0
+    for j in range(keys):
+        while visible[first] <= j:
+            first += 1
+        v_row = v[j0 + j]
+        for r in range(first, n_q):
+            p = scratch[r, d + j]
+            acc_row = acc[r]
+            for c in range(d_v):
+                acc_row[c] += p * v_row[c]
+
+
+@njit(parallel=True, **JIT_OPTIONS)
+def split_kv_attention(q, k, v, out, causal, scale):
+    """attention() for a few queries (decoding): the same result, with the parallel
+    tasks over (head, chunk of SPLIT_KV_CHUNK keys) instead of (head, query tile).
+
+    Each task leaves the partial (m_c, l_c, acc_c) of its chunk (attend_key_chunk);
+    a second parallel loop merges them per (head, query):
+        m = max m_c,  f_c = 2**((m_c - m) · log2_scale),
+        out = (Σ f_c · acc_c) / (Σ f_c · l_c).
+    Extra memory: B · n_chunks · n_q · (d_v + 2) partials.
+    """
+    n_heads, n_q = q.shape[0], q.shape[1]
+    n_k, d_v = v.shape[1], v.shape[2]
+    dtype = q.dtype
+    offset = n_k - n_q if causal else n_k  # query i sees keys j < i + 1 + offset
+    q_factor = dtype.type(np.sign(scale))  # as in attention()
+    log2_scale = dtype.type(abs(scale) * LOG2_E if scale != 0 else 1.0)
+    n_chunks = (n_k + SPLIT_KV_CHUNK - 1) // SPLIT_KV_CHUNK
+    stats = np.empty((n_heads, n_chunks, n_q, 2), dtype)
+    acc = np.empty((n_heads, n_chunks, n_q, d_v), dtype)
+    for task in prange(n_heads * n_chunks):
+        head, chunk = task // n_chunks, task % n_chunks
+        j0 = chunk * SPLIT_KV_CHUNK
+        attend_key_chunk(q[head], k[head], v[head], j0, min(n_k, j0 + SPLIT_KV_CHUNK), offset,
+                         q_factor, log2_scale, stats[head, chunk], acc[head, chunk])
+    neg_inf = dtype.type(-np.inf)
+    zero = dtype.type(0.0)
+    for task in prange(n_heads * n_q):
+        head, r = task // n_q, task % n_q
+        out_row = out[head, r]
+        m = neg_inf
+        for chunk in range(n_chunks):
+            m = max(m, stats[head, chunk, r, 0])  # never NaN: see attend_key_chunk
+        # m = -inf: every chunk's m_c is -inf too and f_c = 0, not exp(-inf + inf) = NaN
+        shift = zero if m == neg_inf else m
+        l = zero
+        out_row[:] = 0
+        for chunk in range(n_chunks):
+            factor = exp2((stats[head, chunk, r, 0] - shift) * log2_scale)
+            l += factor * stats[head, chunk, r, 1]
+            acc_row = acc[head, chunk, r]
+            for c in range(d_v):
+                out_row[c] += factor * acc_row[c]
+        # as attend_query_tile: no key seen gives zeros; scores all -inf give l = 0,
+        # so 0 · (1 / 0) = NaN, as the reference does
+        inv_l = 1 / l if r + 1 + offset > 0 else zero
+        for c in range(d_v):
+            out_row[c] *= inv_l
+
+
 def run(q, k, v, out, causal, scale):
     """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), out (B, n_q, d_v): C-contiguous,
-    same dtype (float32 or float64), already validated.  Writes every element of out."""
+    same dtype (float32 or float64), already validated.  Writes every element of out.
+    Up to SPLIT_KV_MAX_ROWS queries per head (decoding) take the split-KV path."""
     numba.set_num_threads(min(budget(), numba.config.NUMBA_NUM_THREADS))
-    attention(q, k, v, out, bool(causal), float(scale))
+    kernel = split_kv_attention if q.shape[1] <= SPLIT_KV_MAX_ROWS else attention
+    kernel(q, k, v, out, bool(causal), float(scale))
