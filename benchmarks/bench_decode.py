@@ -10,7 +10,7 @@ n = 16,384 (at 65,536 it takes minutes per token: the fitted slope carries it on
 import kernels
 from kernels import bench_spec as spec
 
-from .common import KERNEL_NAMES, check_runs, make_inputs, median_seconds
+from .common import KERNEL_NAMES, check_runs, make_inputs, median_seconds, speedup_side_by_side
 
 
 class _Prefix:
@@ -27,21 +27,25 @@ class _Prefix:
         check_runs(kernel, self.queries(), k, v, causal=True)
         self.token()  # warm-up: JIT, extension, pages
 
-    def time_token(self, kernel, seq_len):
-        self.token()
 
-
-class CachedDecode(_Prefix):
-    """One new token against the cache: O(n·d), reading the cache once."""
-
-    params = [KERNEL_NAMES, list(spec.DECODE_SEQ_LENS)]
-    param_names = ["kernel", "seq_len"]
+class _CachedStep(_Prefix):
+    """The newest token's query against the cache: O(n·d), reading the cache once."""
 
     def queries(self):
         return self.query
 
     def token(self):
         return self.cache.attend(self.query, kernel=self.kernel)
+
+
+class CachedDecode(_CachedStep):
+    """One new token against the cache, against n."""
+
+    params = [KERNEL_NAMES, list(spec.DECODE_SEQ_LENS)]
+    param_names = ["kernel", "seq_len"]
+
+    def time_token(self, kernel, seq_len):
+        self.token()
 
     def track_cache_read_gbytes_per_second(self, kernel, seq_len):
         """Bytes of the cached keys and values over the median time of a step."""
@@ -62,6 +66,32 @@ class RecomputedDecode(_Prefix):
     def token(self):
         return kernels.attention(self.prefix, self.cache.keys, self.cache.values, kernel=self.kernel,
                                  causal=True)
+
+    def time_token(self, kernel, seq_len):
+        self.token()
+
+
+class DecodePeerSpeedup(_CachedStep):
+    """A tiled kernel's cached decode step over the peer's, timed side by side (calls in
+    turn, median of the ratios) at the largest cache.  Skipped when torch is not installed."""
+
+    params = [list(spec.TILED)]
+    param_names = ["kernel"]
+    rounds = 9
+
+    def setup(self, kernel):
+        if spec.PEER not in kernels.KERNELS:
+            raise NotImplementedError(f"{spec.PEER} is not installed (make peers)")
+        super().setup(kernel, spec.DECODE_PEER_SEQ_LEN)
+        self.peer_token()  # warm-up
+
+    def peer_token(self):
+        return self.cache.attend(self.query, kernel=spec.PEER)
+
+    def track_speedup(self, kernel):
+        return speedup_side_by_side(self.peer_token, self.token, self.rounds)
+
+    track_speedup.unit = "times"
 
 
 class TinyCall:

@@ -60,6 +60,7 @@ DECODE_SEQ_LENS = (256, 4096, 65536) if QUICK else (256, 1024, 4096, 16384, 6553
 RECOMPUTE_SEQ_LENS = tuple(n for n in DECODE_SEQ_LENS if n <= (4096 if QUICK else 16384))
 DECODE_DTYPE = "float32"
 TINY_SEQ_LEN = 64
+DECODE_PEER_SEQ_LEN = 65536  # DecodePeerSpeedup: one query against the largest cache
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ DECODE_READ_RATE = Benchmark("bench_decode.CachedDecode.track_cache_read_gbytes_
                              ("kernel", "seq_len"))
 DECODE_RECOMPUTED = Benchmark("bench_decode.RecomputedDecode.time_token", ("kernel", "seq_len"))
 TINY_CALL = Benchmark("bench_decode.TinyCall.time_attention", ("kernel",))
+DECODE_PEER_SPEEDUP = Benchmark("bench_decode.DecodePeerSpeedup.track_speedup", ("kernel",))
 READ_BANDWIDTH = Benchmark("bench_machine.Machine.track_read_bandwidth")
 
 # Every benchmark the report reads, in the order its sections use them.
@@ -106,6 +108,6 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
-              READ_BANDWIDTH)
+              DECODE_PEER_SPEEDUP, READ_BANDWIDTH)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}

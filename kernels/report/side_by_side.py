@@ -1,4 +1,4 @@
-"""The side-by-side section (``PeerSpeedup``, ``NumpySpeedup``): a kernel's speed over a
+"""The side-by-side section (``PeerSpeedup``, ``NumpySpeedup``, ``DecodePeerSpeedup``): a kernel's speed over a
 baseline, the two calls alternating, so that a shared machine's load slows both alike."""
 import math
 
@@ -33,6 +33,10 @@ def side_by_side(run):
     rows += [[kernel, "numpy", spec.NUMPY_SPEEDUP_DTYPE, 1, speedup_seq_len(run, spec.NUMPY_SPEEDUP),
               run.value(spec.THREAD_BUDGET), numpy_speedup(run, kernel)]
              for kernel in run.kernels(spec.NUMPY_SPEEDUP)]
+    rows += [[kernel, f"{spec.PEER}, one cached query", spec.DECODE_DTYPE, spec.HEADS,
+              spec.DECODE_PEER_SEQ_LEN, run.value(spec.THREAD_BUDGET),
+              run.value(spec.DECODE_PEER_SPEEDUP, kernel=kernel)]
+             for kernel in run.kernels(spec.DECODE_PEER_SPEEDUP)]
     table = Table("side_by_side", (
         Column("kernel", "kernel"), Column("baseline", "over"), Column("dtype", "dtype"),
         Column("heads", "heads"), Column("seq_len", "n", fmt_count),
