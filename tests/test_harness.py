@@ -5,7 +5,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-import kernels
 from kernels import harness
 from kernels.reference import reference_attention
 

@@ -9,7 +9,7 @@ import math
 from .. import bench_spec as spec
 from . import plots
 from .document import Plot, Section
-from .tables import Column, Table, fmt_count, fmt_percent, fmt_seconds, missing
+from .tables import Column, Table, fmt_percent, fmt_seconds, missing
 
 ESTIMATE = 6 * spec.MODEL_WIDTH  # n where 4·n²·d = 24·n·d²
 

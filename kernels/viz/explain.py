@@ -20,7 +20,6 @@ The whole page takes about 10 s on a 2-core machine: half of it drawing, a third
 soft-vs-hard retrieval experiment and its timings (``kernels.layers.retrieval``).
 """
 import math
-import os
 import pathlib
 from dataclasses import dataclass
 
@@ -182,7 +181,7 @@ def write_explanation(out_dir, *, kernel="c_tiled", seed=0):
         _long_section(out_dir, *long_example(seed)),
         _retrieval_section(out_dir, kernel, seed),
     ]
-    return _write_text(out_dir / "README.md", "\n\n".join(sections) + "\n")
+    return figures.write_text(out_dir / "README.md", "\n\n".join(sections) + "\n")
 
 
 def _seed_section(out_dir, example):
@@ -471,11 +470,3 @@ def _vector(values):
 def _join(items):
     items = list(items)
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _write_text(path, text):
-    """Write ``text`` to ``path`` whole: beside it first, then renamed into place."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-    return path

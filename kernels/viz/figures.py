@@ -55,7 +55,7 @@ def plot_attention_heatmap(weights, tokens, path, *, title="Self-attention weigh
     plt = pyplot()
     side = min(14.0, 2.5 + 0.5 * n) if annotate else 8.0
     fig, ax = plt.subplots(figsize=(side + 1.2, side), layout="constrained")
-    vmax = _positive_max(weights)
+    vmax = positive_max(weights)
     image = ax.imshow(weights, cmap=WEIGHT_CMAP, vmin=0, vmax=vmax)
     _token_ticks(ax, tokens)
     ax.set_xlabel("key position (token)")
@@ -91,7 +91,7 @@ def plot_large_attention(weights, path, *, causal=False, scale=None, max_pixels=
     plt = pyplot()
     colors = plt.matplotlib.colors
     fig, ax = plt.subplots(figsize=(8.6, 7.2), layout="constrained")
-    vmax = _positive_max(means)
+    vmax = positive_max(means)
     if log_scale:
         positive = means[means > 0]
         # below a millionth of the peak a colour tells nothing more; such cells take the lowest
@@ -183,7 +183,7 @@ def plot_heads(weights, tokens, path, *, title="Attention weights of each head",
     plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 1.5, 3.1 * rows + 0.8), sharex=True,
                              sharey=True, squeeze=False, layout="constrained")
-    vmax = _positive_max(weights)
+    vmax = positive_max(weights)
     for h, ax in enumerate(axes.flat):
         if h >= heads:
             ax.set_axis_off()
@@ -227,7 +227,7 @@ def plot_qkv_vectors(q, k, v, tokens, path, *, links=3, features=None,
     panels = {name: [fig.add_subplot(grid[i, col]) for i in range(n)]
               for name, col in (("Q", 0), ("K", 2), ("V", 3))}
     for name, vectors in (("Q", q), ("K", k), ("V", v)):
-        limit = _positive_max(np.abs(vectors)) * 1.15
+        limit = positive_max(np.abs(vectors)) * 1.15
         for i, ax in enumerate(panels[name]):
             ax.bar(np.arange(vectors.shape[1]), vectors[i], color=VECTOR_COLOURS[name], width=0.8)
             ax.axhline(0, color="0.5", linewidth=0.6)
@@ -293,8 +293,7 @@ def plot_entropy(entropy, tokens, path, *, title="Entropy of each query's attent
 def save_figure(fig, path, caption):
     """Write ``fig`` to ``path`` as PNG with ``caption`` under it, close it; -> the path.
 
-    The PNG is written beside its target and renamed into place, so that no reader ever
-    sees half a file.  A figure legend placed outside the bottom edge would land on the
+    The PNG is written whole (``write_whole``).  A figure legend placed outside the bottom edge would land on the
     caption (the saved area grows downwards and such a legend follows the lower edge):
     put legends on the right, or anchor them to an axes."""
     width_chars = int(fig.get_size_inches()[0] * 15)  # about 15 characters an inch at 8 pt
@@ -306,14 +305,25 @@ def save_figure(fig, path, caption):
     width, height = fig.get_size_inches()
     fig.text(drawn.x0 / width, (drawn.y0 - 0.1) / height, "\n".join(textwrap.wrap(caption, width_chars)),
              ha="left", va="top", fontsize=8, color="0.25")
-    path = pathlib.Path(path)
-    partial = path.with_name(f".{path.name}.partial")
     try:
-        fig.savefig(partial, format="png", dpi=DPI, bbox_inches="tight")
-        os.replace(partial, path)
+        return write_whole(path, lambda partial: fig.savefig(partial, format="png", dpi=DPI, bbox_inches="tight"))
     finally:
         pyplot().close(fig)
+
+
+def write_whole(path, write):
+    """``write(partial)`` writes a file beside ``path``, which is then renamed into place, so
+    that no reader ever sees half a file; -> the path."""
+    path = pathlib.Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    write(partial)
+    os.replace(partial, path)
     return path
+
+
+def write_text(path, text):
+    """``text`` to ``path`` in UTF-8, whole (``write_whole``)."""
+    return write_whole(path, lambda partial: partial.write_text(text, encoding="utf-8"))
 
 
 def _token_ticks(ax, tokens):
@@ -331,7 +341,7 @@ def _tick_step(n):
     return 2 ** max(0, math.ceil(math.log2(n / 8)))
 
 
-def _positive_max(values):
+def positive_max(values):
     """The largest value, or 1 when none is positive (a colour scale needs a top)."""
     top = float(np.nanmax(values)) if np.size(values) else 0.0
     return top if top > 0 else 1.0

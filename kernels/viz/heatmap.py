@@ -19,8 +19,7 @@ import numpy as np
 from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, attention_entropy
 from ..models import head_analysis, minilm
 from ..report.tables import Column, Table
-from . import model_figures
-from .explain import _write_text
+from . import figures, model_figures
 
 FIGURES = {"maps": "head_maps.png", "entropy": "entropy_confidence.png", "mass": "special_mass.png",
            "classes": "pattern_classes.png", "ablation": "ablation.png"}
@@ -66,7 +65,7 @@ def write_heatmap(text, out_dir, *, kernel="c_tiled"):
         _papers_section(measures, ablation),
         f"Written in {time.perf_counter() - start:.0f} s (ablation {ablation.seconds:.0f} s).",
     ]
-    return _write_text(out_dir / "summary.md", "\n\n".join(sections) + "\n")
+    return figures.write_text(out_dir / "summary.md", "\n\n".join(sections) + "\n")
 
 
 def _head(layer, head):

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..models import head_analysis
 from ..report.plots import pyplot
-from .figures import WEIGHT_CMAP, _positive_max, save_figure
+from .figures import WEIGHT_CMAP, positive_max, save_figure
 
 CLASS_COLOURS = {"vertical": "tab:blue", "diagonal": "tab:orange", "vertical + diagonal": "tab:purple",
                  "block": "tab:green", "heterogeneous": "0.8"}
@@ -31,7 +31,7 @@ def plot_head_maps(weights, tokens, path, *, title="Attention maps of every head
     plt = pyplot()
     fig, axes = plt.subplots(layers, heads, figsize=(1.45 * heads + 2.5, 1.5 * layers + 1.6),
                              sharex=True, sharey=True, squeeze=False, layout="constrained")
-    vmax = _positive_max(weights)
+    vmax = positive_max(weights)
     for (layer, head), ax in np.ndenumerate(axes):
         image = ax.imshow(weights[layer, head], cmap=WEIGHT_CMAP, vmin=0, vmax=vmax)
         ax.set_title(f"{layer + 1}.{head + 1}", fontsize=8, pad=2)
