@@ -22,8 +22,10 @@ setup(
         # playwright drives the system's Chromium (no browser download) for the viewer's test
         "test": ["pytest>=7", "hypothesis>=6", "playwright>=1.65"],
         "bench": ["asv>=0.6", "virtualenv"],
-        # the CPU build on these machines; an unpinned torch pulls a multi-GB CUDA build
-        "peers": ["torch==2.13.0"],
+        # every other CPU attention measured beside ours, pinned (each is a CPU build here;
+        # an unpinned torch pulls a multi-GB CUDA build); onnx builds ONNX Runtime's model
+        "peers": ["torch==2.13.0", "onnxruntime==1.32.0", "onnx==1.23.2", "openvino==2026.4.1",
+                  "jax[cpu]==0.10.2"],
     },
     entry_points={"console_scripts": ["attnbench = kernels.cli:main"]},
 )

@@ -6,13 +6,15 @@ the timed body is one call.  Grids and fixed shapes come from ``kernels.bench_sp
 """
 import kernels
 from kernels import bench_spec as spec
+from kernels.api import planned
 from kernels.costs import attention_flops
 from kernels.memory import peak_extra_bytes
 
-from .common import KERNEL_NAMES, THREAD_COUNTS, median_seconds, prepare, speedup_side_by_side
+from .common import (KERNEL_NAMES, THREAD_COUNTS, ThreadBudget, check_fits, median_seconds, prepare,
+                     speedup_side_by_side)
 
 
-class _Attention:
+class _Attention(ThreadBudget):
     """One attention call per sample; long calls get few samples, not a time-out."""
 
     rounds = 1
@@ -20,19 +22,9 @@ class _Attention:
     warmup_time = 0.0     # setup has already made the warm-up call
     timeout = 600
     batch, causal = 1, False
-    previous_budget = None  # the thread budget to restore, once setup has changed it
 
     def call(self):
         kernels.attention(self.q, self.k, self.v, kernel=self.kernel, causal=self.causal)
-
-    def use_threads(self, threads):
-        self.previous_budget = kernels.threads.set_budget(threads)
-
-    def teardown(self, *params):
-        # asv calls teardown after a setup that skipped (NotImplementedError) too, so
-        # it restores only what setup got as far as changing.
-        if self.previous_budget is not None:
-            kernels.threads.set_budget(self.previous_budget)
 
 
 class _OneHead(_Attention):
@@ -102,33 +94,6 @@ class Threads(_Attention):
     track_gflops.unit = "GFLOP/s"
 
 
-class PeerSpeedup(_Attention):
-    """Each tiled kernel's speed over PyTorch's attention, timed side by side (see
-    ``speedup_side_by_side``): 8 heads, full, at the headline n, both dtypes, on one
-    thread and on every CPU.  The speed goals are these ratios; MultiHead and Threads
-    give each kernel's own GFLOP/s.  Skipped when torch is not installed."""
-
-    params = [list(spec.TILED), [spec.HEADLINE_SEQ_LEN], THREAD_COUNTS, list(spec.DTYPES)]
-    param_names = ["kernel", "seq_len", "threads", "dtype"]
-    batch, rounds = spec.HEADS, 7
-
-    def setup(self, kernel, seq_len, threads, dtype):
-        if spec.PEER not in kernels.KERNELS:
-            raise NotImplementedError(f"{spec.PEER} is not installed (make peers)")
-        self.kernel = kernel
-        self.use_threads(threads)
-        self.q, self.k, self.v = prepare(kernel, self.batch, seq_len, dtype)
-        self.peer_call()  # warm-up
-
-    def peer_call(self):
-        kernels.attention(self.q, self.k, self.v, kernel=spec.PEER)
-
-    def track_speedup(self, kernel, seq_len, threads, dtype):
-        return speedup_side_by_side(self.peer_call, self.call, self.rounds)
-
-    track_speedup.unit = "times"
-
-
 class NumpySpeedup(_Attention):
     """Each tiled kernel's speed over the numpy rung, timed side by side: one head, full,
     float32, n = 8192 (quick: 2048), where numpy's n x n scores have long left the caches."""
@@ -153,7 +118,9 @@ class NumpySpeedup(_Attention):
 
 class MemoryWall(_Attention):
     """n = 65536, float64, causal, one head: numpy would need 32 GiB of scores (plus its
-    mask), more than this machine has; the tiled kernels run in tens of MiB."""
+    mask), more than this machine has; the tiled kernels run in tens of MiB.  Each case
+    first checks that its inputs, output and workspace fit in the memory available now,
+    with ``HEADROOM_BYTES`` to spare for other work, and skips, saying so, when not."""
 
     params = [KERNEL_NAMES]
     param_names = ["kernel"]
@@ -162,6 +129,8 @@ class MemoryWall(_Attention):
     def setup(self, kernel):
         if spec.QUICK:
             raise NotImplementedError("the memory wall takes minutes; skipped in a quick run")
+        problem = planned((1,), self.seq_len, self.seq_len, spec.HEAD_DIM, spec.HEAD_DIM, self.dtype, self.causal)
+        check_fits(kernel, problem, extra_bytes=problem.input_bytes)  # before the inputs exist
         self.kernel = kernel
         self.q, self.k, self.v = prepare(kernel, 1, self.seq_len, self.dtype, self.causal, warm_up=False)
         # warm up (JIT, extension) on a small problem: the big one runs once, measured

@@ -10,7 +10,7 @@ n = 16,384 (at 65,536 it takes minutes per token: the fitted slope carries it on
 import kernels
 from kernels import bench_spec as spec
 
-from .common import KERNEL_NAMES, check_runs, make_inputs, median_seconds, speedup_side_by_side
+from .common import KERNEL_NAMES, check_runs, make_inputs, median_seconds
 
 
 class _Prefix:
@@ -69,29 +69,6 @@ class RecomputedDecode(_Prefix):
 
     def time_token(self, kernel, seq_len):
         self.token()
-
-
-class DecodePeerSpeedup(_CachedStep):
-    """A tiled kernel's cached decode step over the peer's, timed side by side (calls in
-    turn, median of the ratios) at the largest cache.  Skipped when torch is not installed."""
-
-    params = [list(spec.TILED)]
-    param_names = ["kernel"]
-    rounds = 9
-
-    def setup(self, kernel):
-        if spec.PEER not in kernels.KERNELS:
-            raise NotImplementedError(f"{spec.PEER} is not installed (make peers)")
-        super().setup(kernel, spec.DECODE_PEER_SEQ_LEN)
-        self.peer_token()  # warm-up
-
-    def peer_token(self):
-        return self.cache.attend(self.query, kernel=spec.PEER)
-
-    def track_speedup(self, kernel):
-        return speedup_side_by_side(self.peer_token, self.token, self.rounds)
-
-    track_speedup.unit = "times"
 
 
 class TinyCall:

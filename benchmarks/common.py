@@ -17,6 +17,22 @@ KERNEL_NAMES = list(kernels.KERNELS)
 THREAD_COUNTS = sorted({1, kernels.threads.available_cpus()})  # one thread, and every CPU
 
 
+class ThreadBudget:
+    """For benchmarks that set the thread budget: ``use_threads`` in setup, and teardown
+    puts back the budget it replaced."""
+
+    previous_budget = None  # set once setup has changed the budget
+
+    def use_threads(self, threads):
+        self.previous_budget = kernels.threads.set_budget(threads)
+
+    def teardown(self, *params):
+        # asv calls teardown after a setup that skipped (NotImplementedError) too, so
+        # it restores only what setup got as far as changing.
+        if self.previous_budget is not None:
+            kernels.threads.set_budget(self.previous_budget)
+
+
 def make_inputs(batch, seq_len, dtype, head_dim=HEAD_DIM, seed=0):
     """Seeded q, k, v of shape (batch, seq_len, head_dim), standard normal."""
     rng = np.random.default_rng(seed)
@@ -36,13 +52,24 @@ def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True):
     return q, k, v
 
 
-def check_runs(kernel, q, k, v, causal=False):
-    """NotImplementedError (asv: skip) when ``kernel`` cannot run attention on q, k, v here:
-    above the naive rung's size cap, or beyond the memory available."""
+HEADROOM_BYTES = 2 * 2**30  # kept free while a benchmark runs: the machine's other work
+
+
+def check_fits(kernel, problem, extra_bytes=0):
+    """NotImplementedError (asv: skip), with the reason, when ``kernel`` cannot run
+    ``problem`` here: not installed, a dtype it does not take, above its size cap, or more
+    memory (output, workspace and ``extra_bytes``) than is available less HEADROOM_BYTES."""
+    if kernel not in kernels.KERNELS:
+        raise NotImplementedError(f"{kernel} is not installed (make peers)")
     try:
-        check_resources(kernels.KERNELS[kernel], validate(q, k, v, causal))
+        check_resources(kernels.KERNELS[kernel], problem, extra_bytes, headroom_bytes=HEADROOM_BYTES)
     except (ValueError, MemoryError) as reason:
         raise NotImplementedError(str(reason)) from None
+
+
+def check_runs(kernel, q, k, v, causal=False):
+    """``check_fits`` for attention on the inputs q, k, v, which exist already."""
+    check_fits(kernel, validate(q, k, v, causal))
 
 
 def speedup_side_by_side(baseline, candidate, rounds):

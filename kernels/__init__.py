@@ -6,7 +6,8 @@
 
 Rungs: ``naive`` (pure Python, the algorithm definition), ``numpy`` (vectorised,
 n×n scores), ``numba_tiled`` (compiled, tiled online softmax), ``c_tiled`` (C SIMD
-micro-kernels + OpenMP); ``torch_sdpa`` is an external peer when PyTorch is installed.
+micro-kernels + OpenMP).  External peers, registered when installed (``make peers``):
+``torch_sdpa``, ``onnxruntime_attention``, ``openvino_sdpa``, ``jax_attention``.
 
 Built on them (``kernels.layers``): ``multi_head_attention``, ``attention_weights`` and
 ``similarity_attention`` (dot, cosine, bilinear), ``attention_entropy`` and

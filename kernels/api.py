@@ -3,8 +3,11 @@
 Kernels assume clean input; everything a user can get wrong is caught here, before
 any large allocation, with a message that names the shapes or values involved.
 """
+import importlib.machinery
 import math
 import numbers
+import pathlib
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +39,38 @@ class Problem:
     @property
     def out_shape(self):
         return self.batch_shape + (self.n_q, self.d_v)
+
+    @property
+    def input_bytes(self):
+        """Bytes of q, k and v together."""
+        return self.batch * (self.n_q * self.d + self.n_k * (self.d + self.d_v)) * self.dtype.itemsize
+
+    @property
+    def output_bytes(self):
+        return self.batch * self.n_q * self.d_v * self.dtype.itemsize
+
+
+class ExtensionNotBuilt(ImportError):
+    """The C extension ``kernels._attention_c`` is missing or was built for another
+    interpreter; the message says how to rebuild it."""
+
+    def __init__(self, cause):
+        module = "kernels._attention_c"
+        builds = sorted(path.name for path in pathlib.Path(__file__).parent.glob("_attention_c.*"))
+        loadable = {"_attention_c" + suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES}
+        foreign = builds and not loadable.intersection(builds)
+        found = f"; found only {', '.join(builds)}, built for another Python" if foreign else ""
+        super().__init__(
+            f"the C extension {module} cannot be imported ({cause}{found}): rebuild it with "
+            f"`make install`, or `python csrc/build_attention.py` run by this Python ({sys.executable})",
+            name=module,
+        )
+
+
+def planned(batch_shape, n_q, n_k, d, d_v, dtype, causal=False):
+    """The ``Problem`` of a call whose inputs are yet to be made, so that ``check_resources``
+    can refuse it before they are (sizes already known to be >= 1; default scale)."""
+    return Problem(tuple(batch_shape), n_q, n_k, d, d_v, np.dtype(dtype), bool(causal), 1.0 / math.sqrt(d))
 
 
 def validate(q, k, v, causal=False, scale=None):
@@ -81,12 +116,18 @@ def validate(q, k, v, causal=False, scale=None):
     return Problem(q.shape[:-2], n_q, n_k, d, d_v, q.dtype, bool(causal), float(scale))
 
 
-def check_resources(kernel, problem, copies_bytes=0):
+def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0):
     """Raise before allocating if ``kernel`` cannot run ``problem`` here.
 
-    ValueError above the kernel's size cap; MemoryError when the output, the
-    contiguous copies and the kernel's n×n workspace would not fit in available memory.
+    ValueError for a dtype the kernel (a peer) declares it does not take, or above its
+    size cap; MemoryError when the output, the kernel's
+    n×n workspace and ``extra_bytes`` (what the caller allocates besides: contiguous
+    copies of the inputs, or the inputs themselves when they are yet to be made) would
+    not fit in available memory, less ``headroom_bytes`` kept free for other work.
     """
+    refusal = kernel.refusal(problem.dtype)
+    if refusal:
+        raise ValueError(f"kernel {kernel.name!r} does not take this call: {refusal}")
     if not kernel.fits(problem.batch, problem.n_q, problem.n_k):
         scores = problem.batch * problem.n_q * problem.n_k
         raise ValueError(
@@ -94,10 +135,8 @@ def check_resources(kernel, problem, copies_bytes=0):
             f"has {problem.batch}·{problem.n_q}·{problem.n_k} = {scores:,} scores; "
             f"use 'numpy', 'numba_tiled' or 'c_tiled'"
         )
-    itemsize = problem.dtype.itemsize
-    out_bytes = problem.batch * problem.n_q * problem.d_v * itemsize
     workspace = kernel.workspace_bytes(
-        problem.batch, problem.n_q, problem.n_k, problem.d, problem.d_v, itemsize, problem.causal
+        problem.batch, problem.n_q, problem.n_k, problem.d, problem.d_v, problem.dtype.itemsize, problem.causal
     )
 
     def shortfall(needed, available):
@@ -116,17 +155,20 @@ def check_resources(kernel, problem, copies_bytes=0):
             f"d_v={problem.d_v}, {problem.dtype}, but only {format_bytes(available)} is available: {advice}"
         )
 
-    require_memory(out_bytes + copies_bytes + workspace, shortfall)
+    require_memory(problem.output_bytes + extra_bytes + workspace, shortfall, headroom_bytes=headroom_bytes)
 
 
-def require_memory(needed, shortfall):
-    """MemoryError, raised before anything is allocated, when ``needed`` bytes exceed the
-    memory available now; its message is ``shortfall(needed, available)``."""
-    if needed < SMALL_ALLOCATION:
+def require_memory(needed, shortfall, *, headroom_bytes=0):
+    """MemoryError, raised before anything is allocated, when ``needed`` bytes (plus
+    ``headroom_bytes`` kept free for other work) exceed the memory available now; its
+    message is ``shortfall(needed + headroom_bytes, available)``, plus the headroom."""
+    total = needed + headroom_bytes
+    if total < SMALL_ALLOCATION:
         return  # not worth reading /proc/meminfo (~50 µs) on every small call
     available = available_bytes()
-    if needed > available:
-        raise MemoryError(shortfall(needed, available))
+    if total > available:
+        kept = f" ({format_bytes(headroom_bytes)} of it headroom kept free for other work)" if headroom_bytes else ""
+        raise MemoryError(shortfall(total, available) + kept)
 
 
 def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
@@ -145,9 +187,10 @@ def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
         a.nbytes for a, shape in flat if _needs_copy(a, shape, record.contiguous)
     )
     check_resources(record, problem, copies)
+    run = record.run  # imports the rung (ExtensionNotBuilt, say) before anything is allocated
     q3, k3, v3 = (_as_batched(a, shape, record.contiguous) for a, shape in flat)
     out = np.empty((problem.batch, problem.n_q, problem.d_v), problem.dtype)
-    record.run(q3, k3, v3, out, problem.causal, problem.scale)
+    run(q3, k3, v3, out, problem.causal, problem.scale)
     return out.reshape(problem.out_shape)
 
 

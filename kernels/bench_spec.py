@@ -12,12 +12,14 @@ whatever grid the results hold, so it does not look at ``QUICK``.
 import os
 from dataclasses import dataclass
 
+from .registry import PEER_NAMES
+
 QUICK = os.environ.get("ATTNBENCH_QUICK") == "1"
 
 HEAD_DIM = 64                        # d (and d_v) in every benchmark
 DTYPES = ("float32", "float64")
 ITEMSIZE = {"float32": 4, "float64": 8}
-PEER = "torch_sdpa"                  # the external peer the speed goals compare with
+PEER = "torch_sdpa"                  # the peer the multi-head, model and decode sections compare with
 TILED = ("numba_tiled", "c_tiled")   # the rungs timed side by side against baselines
 
 # SeqLen: one head, full attention, n = 64 .. 16,384.  Quick: float32 only, and three
@@ -60,7 +62,18 @@ DECODE_SEQ_LENS = (256, 4096, 65536) if QUICK else (256, 1024, 4096, 16384, 6553
 RECOMPUTE_SEQ_LENS = tuple(n for n in DECODE_SEQ_LENS if n <= (4096 if QUICK else 16384))
 DECODE_DTYPE = "float32"
 TINY_SEQ_LEN = 64
-DECODE_PEER_SEQ_LEN = 65536  # DecodePeerSpeedup: one query against the largest cache
+
+
+# PeerSpeedup: every peer (installed or not: one grid on every machine) beside each tiled
+# rung, side by side, on four shapes: 8 heads at the headline n, full and causal; one
+# new token's query against a cache of 65,536 tokens; one head at n = 64.  The decode
+# and tiny shapes in float32 only, as the decode benchmarks.  Rounds: each a call of
+# both, the ratio their median; the tiny call takes microseconds, so many.
+PEERS = PEER_NAMES
+PEER_SHAPES = ("full", "causal", "decode", "tiny")
+PEER_SHAPE_DTYPES = {"full": DTYPES, "causal": DTYPES, "decode": (DECODE_DTYPE,), "tiny": (DECODE_DTYPE,)}
+PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "tiny": 301}
+DECODE_PEER_SEQ_LEN = 65536  # the decode shape's cache
 
 
 @dataclass(frozen=True)
@@ -81,8 +94,8 @@ SEQ_LEN_MEMORY = Benchmark("bench_attention.SeqLen.track_peak_extra_bytes", _ONE
 MULTI_HEAD_TIME = Benchmark("bench_attention.MultiHead.time_attention",
                             ("kernel", "seq_len", "dtype", "causal"))
 THREADS_GFLOPS = Benchmark("bench_attention.Threads.track_gflops", ("kernel", "threads"))
-PEER_SPEEDUP = Benchmark("bench_attention.PeerSpeedup.track_speedup",
-                         ("kernel", "seq_len", "threads", "dtype"))
+PEER_SPEEDUP = Benchmark("bench_peers.PeerSpeedup.track_speedup",
+                         ("peer", "kernel", "shape", "threads", "dtype"))
 NUMPY_SPEEDUP = Benchmark("bench_attention.NumpySpeedup.track_speedup", ("kernel", "seq_len"))
 WALL_MEMORY = Benchmark("bench_attention.MemoryWall.track_peak_extra_bytes", ("kernel",))
 WALL_SECONDS = Benchmark("bench_attention.MemoryWall.track_seconds", ("kernel",))
@@ -100,7 +113,6 @@ DECODE_READ_RATE = Benchmark("bench_decode.CachedDecode.track_cache_read_gbytes_
                              ("kernel", "seq_len"))
 DECODE_RECOMPUTED = Benchmark("bench_decode.RecomputedDecode.time_token", ("kernel", "seq_len"))
 TINY_CALL = Benchmark("bench_decode.TinyCall.time_attention", ("kernel",))
-DECODE_PEER_SPEEDUP = Benchmark("bench_decode.DecodePeerSpeedup.track_speedup", ("kernel",))
 READ_BANDWIDTH = Benchmark("bench_machine.Machine.track_read_bandwidth")
 
 # Every benchmark the report reads, in the order its sections use them.
@@ -108,6 +120,6 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
-              DECODE_PEER_SPEEDUP, READ_BANDWIDTH)
+              READ_BANDWIDTH)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}

@@ -199,6 +199,8 @@ def check(kernel_name, case, dtype):
     kernel = KERNELS[kernel_name]
     if not kernel.fits(case.batch, case.n_q, case.n_k):
         return Outcome(kernel_name, case, np.dtype(dtype).name, None, f"above cap {kernel.cap}")
+    if kernel.refusal(dtype):
+        return Outcome(kernel_name, case, np.dtype(dtype).name, None, kernel.refusal(dtype))
     if kernel.external and case.poison:
         # e.g. PyTorch lets a NaN value behind the causal mask through as 0 · NaN
         return Outcome(kernel_name, case, np.dtype(dtype).name, None, "external peer: NaN/Inf semantics are its own")

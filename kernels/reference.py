@@ -16,6 +16,11 @@ def first_seeing_row(n_q, n_k, causal):
     return max(0, n_q - n_k) if causal else 0
 
 
+def causal_mask(n_q, n_k):
+    """Boolean (n_q, n_k), True where query i sees key j: j <= i + (n_k - n_q)."""
+    return np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
+
+
 def reference_attention(q, k, v, causal=False, scale=None, compute_dtype=np.float64):
     """softmax(scale · q kᵀ) v, max-subtracted, in ``compute_dtype``.
 
@@ -31,7 +36,8 @@ def reference_attention(q, k, v, causal=False, scale=None, compute_dtype=np.floa
     scores = (q @ np.swapaxes(k, -1, -2)) * scale
     # pass 2: causal mask, query i sees keys j <= last[i] = i + (n_k - n_q)
     last = np.arange(n_q) + (n_k - n_q) if causal else np.full(n_q, n_k - 1)
-    scores = np.where(np.arange(n_k) <= last[:, None], scores, -np.inf)
+    if causal:
+        scores = np.where(causal_mask(n_q, n_k), scores, -np.inf)
     # pass 3: P = exp(S - rowmax(S)), l = rowsum(P); rows that see no key are skipped.
     # A NaN or +inf score makes its row NaN here (inf - inf): the behaviour kernels copy.
     first = first_seeing_row(n_q, n_k, causal)

@@ -9,12 +9,20 @@ Every rung lives in its own module exposing
 and, if it materialises n×n buffers, ``workspace_bytes(batch, n_q, n_k, d, d_v,
 itemsize, causal)``, which the validation path checks against available memory
 before anything large is allocated.  Modules are imported on first use, so that
-``import kernels`` does not pay for Numba, the C extension or PyTorch.
+``import kernels`` does not pay for Numba, the C extension or a peer's package.
+
+External peers (other libraries' CPU attention, the baselines our rungs are measured
+against) are registered the same way, marked ``external``, only when their packages are
+installed; a peer that computes some dtype below its precision declares so
+(``dtypes``, ``dtype_note``), and the validation path, the harness and the benchmarks
+refuse or skip those calls with its reason.
 """
 import importlib
 import importlib.util
 from dataclasses import dataclass
 from typing import Optional
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,10 @@ class Kernel:
     max_scores: Optional[int] = None  # cap on batch * n_q * n_k (the naive loops)
     contiguous: bool = True           # needs C-contiguous inputs (copies otherwise)
     external: bool = False            # a peer baseline, not one of our rungs
+    dtypes: tuple = ("float32", "float64")  # computed at their own precision
+    dtype_note: str = ""              # why any other dtype is refused
+    threading: str = "the budget"     # how the thread budget reaches it
+    honours_budget: bool = True       # False: it sizes its own threads, whatever the budget
 
     @property
     def implementation(self):
@@ -46,6 +58,13 @@ class Kernel:
     def fits(self, batch, n_q, n_k):
         """False when the problem is above this kernel's size cap."""
         return self.max_scores is None or batch * n_q * n_k <= self.max_scores
+
+    def refusal(self, dtype):
+        """Why this kernel does not take inputs of ``dtype``, or None when it does."""
+        name = np.dtype(dtype).name
+        if name in self.dtypes:
+            return None
+        return f"{self.name} takes {', '.join(self.dtypes)} only: {self.dtype_note}"
 
     @property
     def cap(self):
@@ -83,22 +102,41 @@ def _build():
             "kernels.c_tiled",
         ),
     ]
-    # PyTorch is an optional peer: registered only when installed (find_spec does
-    # not import it, so `import kernels` stays fast).
-    if importlib.util.find_spec("torch") is not None:
-        kernels.append(
-            Kernel(
-                "torch_sdpa",
-                "external peer: PyTorch's scaled_dot_product_attention on the CPU",
-                "O(n·d)",
-                "kernels.torch_sdpa",
-                external=True,
-            )
-        )
+    # The peers are optional: each registered only when its packages are installed
+    # (find_spec does not import them, so `import kernels` stays fast).
+    kernels += [peer for peer, packages in _peers() if all(map(importlib.util.find_spec, packages))]
     return {kernel.name: kernel for kernel in kernels}
 
 
+def _peers():
+    """(Kernel, packages it needs) of every external peer (``make peers`` installs them)."""
+    float32_only = dict(dtypes=("float32",))
+    return [
+        (Kernel("torch_sdpa", "external peer: PyTorch's scaled_dot_product_attention on the CPU",
+                "O(n·d)", "kernels.torch_sdpa", external=True,
+                threading="torch.set_num_threads(budget)"), ["torch"]),
+        (Kernel("onnxruntime_attention", "external peer: ONNX Runtime's Attention operator (opset 23), CPU provider",
+                "O(n·d)", "kernels.onnxruntime_attention", external=True, **float32_only,
+                dtype_note="it accepts float64 but computes it at float32 precision (errors ~5e-8)",
+                threading="session intra_op_num_threads = budget"),
+         ["onnxruntime", "onnx"]),
+        (Kernel("openvino_sdpa", "external peer: OpenVINO's ScaledDotProductAttention (opset 13), CPU plugin",
+                "O(n·d)", "kernels.openvino_sdpa", external=True, **float32_only,
+                dtype_note="its CPU plugin computes float64 inputs in float32 (errors ~6e-7)",
+                threading="INFERENCE_NUM_THREADS = budget"),
+         ["openvino"]),
+        (Kernel("jax_attention", "external peer: JAX's dot_product_attention, compiled by XLA for the CPU",
+                "O(n²)", "kernels.jax_attention", external=True, materialises=True, **float32_only,
+                dtype_note="it computes float64 scores in float32 (errors ~1e-7)",
+                threading="XLA's own CPU thread pool, sized when JAX starts: the budget is not honoured",
+                honours_budget=False),
+         ["jax"]),
+    ]
+
+
 KERNELS = _build()
+PEER_PACKAGES = {peer.name: packages for peer, packages in _peers()}  # every known peer, installed or not
+PEER_NAMES = tuple(PEER_PACKAGES)
 
 
 def get_kernel(name):

@@ -1,16 +1,36 @@
 """What several test files share: the project's root, a test per registered kernel, the
-asv suite's modules imported as asv imports them, a check that a figure is a PNG, and the
-optional model (a test that needs it skips, saying how to install it)."""
+asv suite's modules imported as asv imports them, a check that a figure is a PNG, the
+optional model (a test that needs it skips, saying how to install it), and hypothesis's
+profiles."""
 import importlib
+import os
 import pathlib
 import struct
 import sys
 
+import numpy as np
 import pytest
+from hypothesis import settings
 
 import kernels
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Hypothesis profiles: HYPOTHESIS_PROFILE=ci (the default) or long.  No deadline in
+# either: a first call compiles a Numba specialisation (an unaligned or float32 array is
+# a new type) or a peer's graph, seconds that say nothing about the example.
+#   ci:   the same examples on every run (derandomized, no example database), few enough
+#         that the property tests take about a minute on 2 cores.
+#   long: random examples, many more, failures kept in .hypothesis/ and replayed first.
+settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, print_blob=True)
+settings.register_profile("long", max_examples=1000, deadline=None, print_blob=True)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def pytest_report_header():
+    return (f"hypothesis profile {HYPOTHESIS_PROFILE!r}: {settings().max_examples} examples per "
+            f"property test{', derandomized' if settings().derandomize else ''}")
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +42,23 @@ def project_root():
 def kernel_name(request):
     """Every registered kernel, external peers included: a test taking this runs once each."""
     return request.param
+
+
+@pytest.fixture
+def widest_dtype(kernel_name):
+    """float64, or float32 for a peer that declares it takes float32 only."""
+    return np.float32 if kernels.KERNELS[kernel_name].refusal(np.float64) else np.float64
+
+
+@pytest.fixture(scope="session")
+def skip_refused():
+    """``skip_refused(kernel_name, dtype)``: skips the test, with the kernel's own reason,
+    when a peer declares it does not take ``dtype`` (test_api checks that it refuses)."""
+    def skip(kernel_name, dtype):
+        reason = kernels.KERNELS[kernel_name].refusal(dtype)
+        if reason:
+            pytest.skip(reason)
+    return skip
 
 
 @pytest.fixture(params=[name for name, record in kernels.KERNELS.items() if not record.external])

@@ -1,10 +1,16 @@
 """The public contract of kernels.attention: shapes, dtypes, errors, layouts, inputs."""
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import kernels
+from kernels.api import ExtensionNotBuilt, check_resources, planned, require_memory
 from kernels.reference import reference_attention
 
+MiB = 2**20
 
 
 def qkv(shape_q=(2, 5, 8), n_k=6, d_v=None, dtype=np.float64, seed=0):
@@ -28,21 +34,26 @@ def test_registry_holds_the_ladder_in_order():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_shapes_and_dtype_of_the_output(kernel_name, dtype):
     q, k, v = qkv((2, 3, 5, 9), n_k=7, d_v=4, dtype=dtype)
+    if kernels.KERNELS[kernel_name].refusal(dtype):  # a peer that computes it in float32
+        with pytest.raises(ValueError, match=f"{kernel_name}' does not take this call: .* takes float32 only"):
+            kernels.attention(q, k, v, kernel=kernel_name)
+        return
     out = kernels.attention(q, k, v, kernel=kernel_name)
     assert out.shape == (2, 3, 5, 4) and out.dtype == dtype
 
 
-def test_custom_scale_and_default_scale(kernel_name):
-    q, k, v = qkv()
+def test_custom_scale_and_default_scale(kernel_name, widest_dtype):
+    q, k, v = qkv(dtype=widest_dtype)
+    atol = 1e-10 if widest_dtype == np.float64 else 1e-6  # outputs are O(1): float32's few ulp
     for scale in (None, 0.0, 0.3, -2.0):
         out = kernels.attention(q, k, v, kernel=kernel_name, scale=scale)
-        np.testing.assert_allclose(out, reference_attention(q, k, v, scale=scale), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(out, reference_attention(q, k, v, scale=scale), rtol=0, atol=atol)
     np.testing.assert_array_equal(kernels.attention(q, k, v, kernel=kernel_name),
                                   kernels.attention(q, k, v, kernel=kernel_name, scale=1 / np.sqrt(8)))
 
 
-def test_causal_rows_that_see_no_key_are_zero(kernel_name):
-    q, k, v = qkv((1, 9, 4), n_k=3)
+def test_causal_rows_that_see_no_key_are_zero(kernel_name, widest_dtype):
+    q, k, v = qkv((1, 9, 4), n_k=3, dtype=widest_dtype)
     out = kernels.attention(q, k, v, kernel=kernel_name, causal=True)
     np.testing.assert_array_equal(out[0, :6], 0.0)
     assert np.all(np.abs(out[0, 6:]) > 0)
@@ -68,8 +79,8 @@ def test_any_layout_and_inputs_never_modified(kernel_name, layout):
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6)
 
 
-def test_inputs_with_nan_are_not_modified(kernel_name):
-    q, k, v = qkv((1, 10, 4), n_k=10)
+def test_inputs_with_nan_are_not_modified(kernel_name, widest_dtype):
+    q, k, v = qkv((1, 10, 4), n_k=10, dtype=widest_dtype)
     v[0, 2, 1] = np.nan
     before = v.copy()
     kernels.attention(q, k, v, kernel=kernel_name, causal=True)
@@ -158,3 +169,76 @@ def test_naive_cap_is_a_clear_error():
     q, k, v = qkv((1, 300, 4), n_k=300)
     with pytest.raises(ValueError, match="capped at .*'numpy'"):
         kernels.attention(q, k, v, kernel="naive")
+
+
+def test_every_kernel_refuses_an_output_that_cannot_fit(kernel_name, monkeypatch):
+    # tiny contiguous inputs (no copies, 4096 x 1 scores) whose output, (1, 4096, 16384)
+    # float32, is 256 MiB: more than the 128 MiB available
+    monkeypatch.setattr(kernels.api, "available_bytes", lambda: 128 * MiB)
+    q, k, v = np.ones((1, 2**12, 1), np.float32), np.ones((1, 1, 1), np.float32), np.ones((1, 1, 2**14), np.float32)
+    with pytest.raises(MemoryError, match=r"needs 256\.\d MiB .* only 128\.0 MiB is available"):
+        kernels.attention(q, k, v, kernel=kernel_name)
+
+
+def test_check_resources_counts_inputs_yet_to_be_made_and_headroom(monkeypatch):
+    monkeypatch.setattr(kernels.api, "available_bytes", lambda: 1024 * MiB)
+    problem = planned((8,), 2**16, 2**16, 64, 64, np.float32)  # inputs 384 MiB, output 128 MiB
+    assert problem.input_bytes == 384 * MiB and problem.output_bytes == 128 * MiB
+    c_tiled = kernels.KERNELS["c_tiled"]
+    check_resources(c_tiled, problem, problem.input_bytes)
+    with pytest.raises(MemoryError, match=r"needs 2\.5 GiB .* only 1\.0 GiB is available.*2\.0 GiB of it headroom"):
+        check_resources(c_tiled, problem, problem.input_bytes, headroom_bytes=2048 * MiB)
+    with pytest.raises(MemoryError, match=r"needs 1\.2 GiB \(1,342,177,280 bytes\)"):
+        check_resources(c_tiled, problem, 3 * problem.input_bytes)
+
+
+def test_require_memory_reads_nothing_for_small_allocations(monkeypatch):
+    def unreadable():
+        raise AssertionError("read /proc/meminfo for a small allocation")
+
+    monkeypatch.setattr(kernels.api, "available_bytes", unreadable)
+    require_memory(MiB, lambda needed, available: "never")
+
+
+def test_multi_head_attention_refuses_before_projecting(monkeypatch):
+    # x is 16 MiB; its projections, copies and outputs about 112 MiB, and only 100 available.
+    # attention() alone (output and copies: 64 MiB) would fit: the refusal is multi-head's own.
+    monkeypatch.setattr(kernels.api, "available_bytes", lambda: 100 * MiB)
+    x = np.ones((2**16, 64), np.float32)
+    w = np.eye(64, dtype=np.float32)
+    with pytest.raises(MemoryError, match=r"needs 112\.0 MiB"):
+        kernels.multi_head_attention(x, w, w, w, w, heads=4, kernel="c_tiled")
+
+
+def test_c_extension_missing_says_how_to_rebuild(monkeypatch):
+    monkeypatch.setitem(sys.modules, "kernels._attention_c", None)  # as if never built
+    monkeypatch.delitem(sys.modules, "kernels.c_tiled", raising=False)
+    q, k, v = qkv()
+    with pytest.raises(ExtensionNotBuilt, match=r"kernels\._attention_c cannot be imported") as info:
+        kernels.attention(q, k, v, kernel="c_tiled")
+    message = str(info.value)
+    assert isinstance(info.value, ImportError) and "\n" not in message
+    assert "`make install`" in message and "csrc/build_attention.py" in message and sys.executable in message
+
+
+def test_import_kernels_works_without_the_c_extension():
+    script = (
+        "import sys\n"
+        "sys.modules['kernels._attention_c'] = None\n"  # what an unbuilt extension looks like
+        "import numpy as np, kernels\n"
+        "q = np.ones((1, 4, 8))\n"
+        "assert kernels.attention(q, q, q, kernel='numpy').shape == (1, 4, 8)\n"
+        "try:\n"
+        "    kernels.attention(q, q, q, kernel='c_tiled')\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "rebuild it with `make install`" in result.stdout
+
+
+def test_an_extension_built_only_for_another_python_is_named(monkeypatch):
+    other = "_attention_c.cpython-399-x86_64-linux-gnu.so"  # no interpreter here loads this one
+    monkeypatch.setattr(pathlib.Path, "glob", lambda folder, pattern: [folder / other])
+    message = str(ExtensionNotBuilt(ModuleNotFoundError("No module named 'kernels._attention_c'")))
+    assert f"found only {other}, built for another Python" in message and "`make install`" in message

@@ -52,7 +52,8 @@ def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatc
     def model_missing(*args, **kwargs):
         raise minilm.ModelNotInstalled(minilm.INSTALL)
 
-    monkeypatch.delitem(kernels.KERNELS, bench_spec.PEER, raising=False)
+    for peer in bench_spec.PEERS:
+        monkeypatch.delitem(kernels.KERNELS, peer, raising=False)
     monkeypatch.setattr(minilm, "load", model_missing)
     budget = kernels.threads.budget()
     classes = [cls for module in bench_modules.values()
@@ -69,3 +70,21 @@ def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatc
             if hasattr(benchmark, "teardown"):
                 benchmark.teardown(*params)
             assert kernels.threads.budget() == budget, (cls.__name__, params)
+
+
+@pytest.mark.parametrize("shape", bench_spec.PEER_SHAPES)
+def test_peer_speedup_measures_an_installed_peer(bench_modules, shape):
+    """One side-by-side sample per shape against the first installed peer: a ratio of two
+    real timings, and the budget put back afterwards."""
+    installed = [peer for peer in bench_spec.PEERS if peer in kernels.KERNELS]
+    if not installed:
+        pytest.skip("no peer installed (make peers)")
+    benchmark, budget = bench_modules["bench_peers"].PeerSpeedup(), kernels.threads.budget()
+    params = (installed[0], "c_tiled", shape, 1, "float32")
+    try:
+        benchmark.setup(*params)
+        ratio = benchmark.track_speedup(*params)
+    finally:
+        benchmark.teardown(*params)
+    assert np.isfinite(ratio) and ratio > 0
+    assert kernels.threads.budget() == budget

@@ -8,21 +8,23 @@ import csv
 import json
 import math
 import pathlib
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from kernels import KERNELS, costs
+from kernels import KERNELS, bench_spec, costs
+from kernels.files import write_text, write_whole
 from kernels.memory import format_bytes
-from kernels.report import fits, results, write_report
+from kernels.report import fits, gaps, overview, results, write_report
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
 NEWEST_COMMIT = "c0ffee1234567890abcdef1234567890abcdef12"
 OLDER_COMMIT = "01dc0de0000000000000000000000000deadbeef"
 HEADLINE_FLOPS = 4 * 4096 * 4096 * 64 * 8  # one full call: 8 heads, n = 4096, d = 64
 PLOTS = ("time_vs_n.png", "memory_vs_n.png", "throughput_vs_n.png", "model_attention_share.png",
-         "decode_vs_n.png")
+         "decode_vs_n.png", "peers_gflops_vs_n.png")
 
 
 @pytest.fixture(scope="module")
@@ -181,21 +183,42 @@ def test_memory_wall(report):
 
 def test_side_by_side(report, report_dir):
     table = section(report, "Side by side")
-    assert row(table, "c_tiled", "torch_sdpa", "float64", "8", "4,096", "1")[-1] == "1.24×"
-    assert row(table, "numba_tiled", "torch_sdpa", "float32", "8", "4,096", "4")[-1] == "0.50×"
-    assert row(table, "c_tiled", "numpy", "float32", "1", "8,192", "4")[-1] == "4.00×"
+    assert row(table, "c_tiled", "float32", "1", "8,192", "4")[-1] == "4.00×"
     rows = csv_rows(report_dir, "side_by_side")
-    assert len(rows) == 2 * 2 * 2 + 2 + 2  # tiled kernels x dtypes x thread counts, + numpy, + decode
-    assert row(table, "c_tiled", "torch_sdpa, one cached query")[-1] == "1.20×"
-    assert float(csv_row(rows, kernel="numba_tiled", baseline="numpy")["speedup"]) == 2.5
+    assert len(rows) == 2  # the tiled kernels over numpy
+    assert float(csv_row(rows, kernel="numba_tiled")["speedup"]) == 2.5
+
+
+def test_peers(report, report_dir):
+    """Every peer's column; the fixture's ratios are torch_sdpa's × 0.8, 1.5 and 4."""
+    table = section(report, "Peers")
+    assert row(table, "c_tiled", "full", "8", "4,096", "4", "float32")[6:] == ["1.25×", "1.00×", "1.88×", "5.00×"]
+    assert row(table, "c_tiled", "causal", "8", "4,096", "1", "float32")[6:] == ["1.24×", "0.99×", "1.86×", "n/a"]
+    assert row(table, "c_tiled", "full", "8", "4,096", "4", "float64")[6:] == ["1.25×", "n/a", "n/a", "n/a"]
+    assert row(table, "numba_tiled", "one query, cached keys", "8", "65,536", "4")[6:] == \
+        ["0.80×", "0.64×", "1.20×", "3.20×"]
+    assert row(table, "c_tiled", "full (a tiny call)", "1", "64", "4")[6:] == ["2.50×", "2.00×", "3.75×", "10.00×"]
+    rows = csv_rows(report_dir, "peers")
+    assert len(rows) == 2 * (2 * 2 + 2 * 2 + 2 + 2)  # kernels × (full, causal: threads × dtypes; decode, tiny)
+    assert float(csv_row(rows, kernel="c_tiled", shape="full", threads="4", dtype="float32")
+                 ["over_openvino_sdpa"]) == 1.875
+    peers = csv_rows(report_dir, "peer_versions")
+    assert [r["peer"] for r in peers] == list(bench_spec.PEERS)  # installed or not
+    assert "peers_gflops_vs_n.png" in table
 
 
 @pytest.mark.parametrize("goal, measured, met", [
-    ("c_tiled speed over torch_sdpa, float32, 8 heads, n = 4,096, all threads, timed side by side",
-     "1.25", "yes"),
-    ("c_tiled speed over torch_sdpa, float32, 8 heads, n = 4,096, one thread, timed side by side",
+    ("c_tiled speed over every peer (the smallest ratio), float32, full, 8 heads, n = 4,096, all threads, "
+     "timed side by side", "1", "no"),   # onnxruntime_attention's 1.25 × 0.8
+    ("c_tiled speed over every peer (the smallest ratio), float32, causal, 8 heads, n = 4,096, all threads, "
+     "timed side by side", "1", "no"),
+    ("c_tiled speed over every peer (the smallest ratio), float32, full and causal, 8 heads, n = 4,096, "
+     "one thread, timed side by side", "0.992", "no"),   # 1.24 × 0.8; jax_attention not at one thread
+    ("c_tiled speed over every peer taking float64 (the smallest ratio), full and causal, 8 heads, "
+     "n = 4,096, all threads, timed side by side", "1.25", "yes"),   # torch_sdpa alone takes float64
+    ("c_tiled speed over torch_sdpa, float32, full, 8 heads, n = 4,096, one thread, timed side by side",
      "1.24", "yes"),
-    ("numba_tiled speed over torch_sdpa, float32, 8 heads, n = 4,096, all threads, timed side by side",
+    ("numba_tiled speed over torch_sdpa, float32, full, 8 heads, n = 4,096, all threads, timed side by side",
      "0.5", "no"),
     ("c_tiled ÷ sgemm GFLOP/s, float32, 8 heads, n = 4,096", "0.8", "no"),
     ("numba_tiled speed over numpy, float32, one head, n = 8,192, timed side by side", "2.5", "no"),
@@ -236,10 +259,10 @@ def test_decode_slopes_bandwidth_memory_and_tiny_calls(report, report_dir):
 
 @pytest.mark.parametrize("goal, measured, met", [
     ("c_tiled cached decode, n = 65,536: cache read rate ÷ streaming-read bandwidth", "0.8", "yes"),
-    ("c_tiled cached decode speed over torch_sdpa, n = 65,536, timed side by side", "1.2", "yes"),
-    ("numba_tiled cached decode speed over torch_sdpa, n = 65,536, timed side by side", "0.8", "yes"),
+    ("c_tiled cached decode speed over torch_sdpa, n = 65,536, all threads, timed side by side", "1.2", "yes"),
+    ("numba_tiled cached decode speed over torch_sdpa, n = 65,536, all threads, timed side by side", "0.8", "yes"),
     ("numba_tiled cached decode time ÷ numpy's, the worst n", "0.714", "yes"),
-    ("tiny call (one head, n = 64): torch_sdpa time ÷ c_tiled time", "7", "yes"),
+    ("tiny call (one head, n = 64): c_tiled speed over torch_sdpa, all threads, timed side by side", "2.5", "yes"),
 ])
 def test_decode_goals(report, goal, measured, met):
     cells = row(section(report, "Goals"), goal)
@@ -294,14 +317,278 @@ def test_a_nearly_empty_run_gives_a_report_of_gaps(tmp_path):
         assert (tmp_path / "out" / plot).stat().st_size > 0
 
 
-@pytest.mark.parametrize("make_folder", [False, True], ids=["missing", "empty"])
-def test_no_results_is_a_clear_error(tmp_path, make_folder):
+@pytest.mark.parametrize("folder", ["missing", "empty", "interrupted"])
+def test_no_results_is_a_clear_error(tmp_path, folder):
+    """"interrupted": what an asv run stopped before its end leaves, benchmarks.json and
+    machine.json but no results file."""
     results_dir = tmp_path / "no_results_here"
-    if make_folder:
+    if folder != "missing":
         results_dir.mkdir()
+    if folder == "interrupted":
+        shutil.copy(FIXTURE / "benchmarks.json", results_dir)
+        (results_dir / "testbox").mkdir()
+        shutil.copy(FIXTURE / "testbox" / "machine.json", results_dir / "testbox")
     with pytest.raises(FileNotFoundError, match="no_results_here"):
         write_report(results_dir, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# -- broken results: interrupted runs, other commits and machines, unreadable files -------
+
+NEWEST_FILE = pathlib.Path("testbox", "c0ffee12-existing-py_work_main_.venv_bin_python.json")
+OLDER_FILE = pathlib.Path("testbox", "01dc0de0-existing-py_work_main_.venv_bin_python.json")
+
+
+@pytest.fixture
+def results_copy(tmp_path):
+    """A copy of the fixture to break."""
+    return pathlib.Path(shutil.copytree(FIXTURE, tmp_path / "results"))
+
+
+def edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def not_in_results(report):
+    """The benchmarks the Gaps section lists as not in the results file."""
+    line = next(line for line in section(report, "Gaps").splitlines() if "Not in the results file" in line)
+    return set(line.split(" (not run")[0].split("`")[1::2])
+
+
+@pytest.mark.parametrize("module", sorted({str(b).split(".")[0] for b in bench_spec.BENCHMARKS}))
+def test_a_run_interrupted_before_a_module_reports_what_finished(results_copy, tmp_path, module, assert_png):
+    """As ``make bench`` leaves a run stopped by Ctrl-C: whole classes absent, the rest kept."""
+    edit_json(results_copy / NEWEST_FILE, lambda data: data.update(results={
+        name: row for name, row in data["results"].items() if not name.startswith(module + ".")}))
+    report = write_report(results_copy, tmp_path / "out").read_text()
+    absent = {str(b) for b in bench_spec.BENCHMARKS if str(b).startswith(module + ".")}
+    absent.add(str(bench_spec.COMPILE_SECONDS))  # absent from the fixture itself
+    assert not_in_results(report) == absent
+    assert (f"**Incomplete:** {len(absent)} of the {len(bench_spec.BENCHMARKS)} benchmarks the report "
+            "reads are not in these results") in report
+    for plot in PLOTS:
+        assert_png(tmp_path / "out" / plot)
+    assert (tmp_path / "out" / "seq_len.csv").is_file()
+    # what finished is still there
+    kept = "n/a" if module == "bench_machine" else "350 ms"
+    assert row(section(report, "Startup"), "import kernels") == ["import kernels", kept]
+    headline = section(report, "Headline")
+    if module == "bench_attention":
+        assert "n/a: the benchmarks behind this table are not in the results." in headline
+    else:
+        assert row(headline, "c_tiled", "float32")[3] == "100.0"
+
+
+def test_a_benchmark_whose_every_case_failed_is_listed(results_copy):
+    """asv writes null for the whole "result" when a benchmark's process died at every case."""
+    name = str(bench_spec.MULTI_HEAD_TIME)
+    edit_json(results_copy / NEWEST_FILE, lambda data: data["results"][name].__setitem__(0, None))
+    run = results.load_latest_run(results_copy)
+    cases = run.select(name)
+    assert cases and {r.status for r in cases} == {"failed"}
+    assert math.isnan(run.value(name, kernel="c_tiled", seq_len=4096, dtype="float32", causal=False))
+    failed = len(cases) + 2  # and the fixture's other two: SeqLen's, and the leftover track_gflops'
+    assert f"- Failed (the benchmark raised, or its process died; see asv's log): {failed}" in \
+        gaps.gaps(run).blocks[0]
+    assert f"{failed} cases failed" in overview.overview(run).blocks[0]
+
+
+def test_the_newest_run_of_any_machine_is_reported_and_the_others_named(results_copy, tmp_path):
+    other = results_copy / "otherbox"
+    other.mkdir()
+    (other / "machine.json").write_text(json.dumps({"machine": "otherbox", "ram": "1073741824", "version": 1}))
+    data = json.loads((results_copy / NEWEST_FILE).read_text())
+    data.update(commit_hash="feed" * 10, date=1748779200000,  # 2025-06-01 12:00 UTC
+                results={str(bench_spec.SGEMM): [[50.0], [], "v1", 1748782800000, 1.0]})
+    (other / "feedfeed-env.json").write_text(json.dumps(data))
+    report = write_report(results_copy, tmp_path / "out").read_text()
+    header = report[:report.index("\n## ")]
+    assert f"commit `{'feed' * 10}` (committed 2025-06-01 12:00 UTC)" in header
+    assert "**Machine:** otherbox:" in header and "sgemm 50.0 GFLOP/s, dgemm n/a" in header
+    assert ("the newest of the 3 runs in the results folder (by commit date, then by when it ran); not "
+            "shown: commit `c0ffee12` on testbox (committed 2025-01-01), commit `01dc0de0` on testbox "
+            "(committed 2024-01-01).") in header
+    assert str(bench_spec.SEQ_LEN_TIME) in not_in_results(report)
+
+
+def test_benchmarks_started_far_apart_show_when_the_first_did(results_copy):
+    """A results file may gather several asv runs of one commit (make bench's classes, BENCH=)."""
+    name = str(bench_spec.SGEMM)
+    edit_json(results_copy / NEWEST_FILE, lambda data: data["results"][name].__setitem__(3, 1735725600000))
+    run = results.load_latest_run(results_copy)
+    assert overview.started(run) == "last benchmark started 2025-01-01 13:00 UTC (the first 2025-01-01 10:00 UTC)"
+
+
+def one_result_too_many(text):
+    data = json.loads(text)
+    data["results"][str(bench_spec.SGEMM)][0].append(1.0)
+    return json.dumps(data)
+
+
+# how to break a results file's text -> the start of the reason the reader gives
+UNREADABLE = {
+    "truncated": (lambda text: text[:len(text) // 2], "not valid JSON ("),
+    "empty": (lambda text: "", "not valid JSON (Expecting value at line 1, column 1"),
+    "binary": (lambda text: bytes(range(256)), "not text (a binary file?)"),
+    "a list": (lambda text: "[1, 2, 3]", "JSON, but not an asv results file (a list, not an object)"),
+    "foreign JSON": (lambda text: '{"name": "attnbench"}',
+                     "not an asv results file (no commit_hash, date, result_columns, results)"),
+    "older format": (lambda text: text.replace('"version": 2', '"version": 1'),
+                     "asv results of format version 1; this reader knows version 2"),
+    "short row": (one_result_too_many, "not laid out as asv 0.6 results (bench_machine.Machine."
+                                       "track_sgemm_gflops: 2 results for 1 parameter combinations)"),
+}
+
+
+def break_file(path, kind):
+    text = path.read_text()
+    content = UNREADABLE[kind][0](text)
+    assert content != text
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+
+
+@pytest.mark.parametrize("kind", UNREADABLE)
+def test_an_unreadable_results_file_is_skipped_and_named(results_copy, kind):
+    """The newest file broken: the report falls back to the older run and names the file."""
+    broken = OLDER_FILE if kind == "short row" else NEWEST_FILE  # the older file holds that row
+    break_file(results_copy / broken, kind)
+    run = results.load_latest_run(results_copy)
+    assert run.commit_hash == (NEWEST_COMMIT if broken == OLDER_FILE else OLDER_COMMIT)
+    assert run.others == ()
+    (line,) = run.unreadable
+    assert line.startswith(f"{results_copy / broken}: {UNREADABLE[kind][1]}") and "\n" not in line
+
+
+@pytest.mark.parametrize("kind", UNREADABLE)
+def test_no_readable_results_is_a_one_line_error_naming_the_file(results_copy, kind):
+    keep = OLDER_FILE if kind == "short row" else NEWEST_FILE
+    (results_copy / (NEWEST_FILE if keep == OLDER_FILE else OLDER_FILE)).unlink()
+    break_file(results_copy / keep, kind)
+    with pytest.raises(results.ResultsError) as error:
+        results.load_latest_run(results_copy)
+    assert isinstance(error.value, ValueError)
+    message = str(error.value)
+    assert f"no readable asv results in {results_copy}: {results_copy / keep}: {UNREADABLE[kind][1]}" in message
+    assert "\n" not in message
+
+
+def test_the_command_line_says_one_line_not_a_traceback(results_copy, tmp_path):
+    (results_copy / OLDER_FILE).unlink()
+    break_file(results_copy / NEWEST_FILE, "truncated")
+    done = subprocess.run([sys.executable, "-m", "kernels", "report", "--results", str(results_copy),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert str(NEWEST_FILE) in done.stderr and "not valid JSON" in done.stderr
+
+
+def test_the_report_lists_unreadable_files_at_the_top(results_copy, tmp_path):
+    break_file(results_copy / NEWEST_FILE, "truncated")
+    report = write_report(results_copy, tmp_path / "out").read_text()
+    header = report[:report.index("\n## ")]
+    assert f"- **Unreadable, skipped:**\n  - {results_copy / NEWEST_FILE}: not valid JSON" in header
+    assert f"commit `{OLDER_COMMIT}`" in header and "sgemm 999.0 GFLOP/s" in header
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_without_benchmarks_json_parameter_names_come_from_the_spec(results_copy, damage):
+    path = results_copy / "benchmarks.json"
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_text(path.read_text()[:100])
+    run = results.load_latest_run(results_copy)
+    full = results.load_latest_run(FIXTURE)
+    for benchmark, params in [(bench_spec.MULTI_HEAD_TIME, dict(kernel="c_tiled", seq_len=4096, dtype="float32",
+                                                                causal=False)),
+                              (bench_spec.SEQ_LEN_MEMORY, dict(kernel="numpy", seq_len=1024, dtype="float64")),
+                              (bench_spec.SGEMM, {})]:
+        assert run.value(benchmark, **params) == full.value(benchmark, **params) > 0
+    (line,) = run.unreadable
+    assert line.startswith(f"{path}: ") and line.endswith("parameter names taken from kernels.bench_spec")
+
+
+def test_an_unreadable_machine_json_leaves_the_results_own_copy(results_copy):
+    (results_copy / "testbox" / "machine.json").write_text("{")
+    run = results.load_latest_run(results_copy)
+    assert run.machine["machine"] == "testbox" and run.ram_bytes == 2 ** 34
+    (line,) = run.unreadable
+    assert "machine.json: not valid JSON" in line and line.endswith("described by its results files instead")
+
+
+def test_results_of_another_version_of_a_benchmark_are_left_out_and_listed(results_copy):
+    """asv hashes each benchmark's code into "version"; a results file that gathers runs
+    before and after a change holds both, and asv leaves out the older ones."""
+    name = str(bench_spec.SEQ_LEN_TIME)
+    edit_json(results_copy / NEWEST_FILE, lambda data: data["results"][name].__setitem__(2, "v0"))
+    run = results.load_latest_run(results_copy)
+    assert run.stale == (name,) and run.select(name) == []
+    assert run.value(bench_spec.SEQ_LEN_MEMORY, kernel="numpy", seq_len=1024, dtype="float32") == 4 * 1024 ** 2
+    assert f"Left out, measured by another version of the benchmark than the suite's benchmarks.json " \
+        f"describes (asv leaves these out too; run them again): `{name}`." in gaps.gaps(run).blocks[0]
+    assert "1 benchmark was measured by another version of their code, left out" in overview.overview(run).blocks[0]
+
+
+def test_benchmark_classes_select_as_asv_does():
+    """asv's --bench matches a name, or a name with one combination of its parameters."""
+    everything = results.benchmark_classes(FIXTURE)
+    suite = json.loads((FIXTURE / "benchmarks.json").read_text())
+    assert everything == sorted({name.rsplit(".", 1)[0] for name in suite if name != "version"})
+    assert results.benchmark_classes(FIXTURE, "^(?!.*peakmem_)") == everything
+    assert results.benchmark_classes(FIXTURE, "float64") == [
+        "bench_attention.MultiHead", "bench_attention.SeqLen", "bench_peers.PeerSpeedup"]
+    assert results.benchmark_classes(FIXTURE, "nothing like it") == []
+
+
+# -- files written whole ------------------------------------------------------------------
+
+@pytest.mark.parametrize("interruption", [OSError("disk full"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
+def test_a_write_that_fails_half_way_leaves_the_old_file_and_no_partial(tmp_path, interruption):
+    path = write_text(tmp_path / "REPORT.md", "the old report\n")
+
+    def write_half(partial):
+        partial.write_text("the new rep")
+        raise interruption
+
+    with pytest.raises(type(interruption)):
+        write_whole(path, write_half)
+    assert path.read_text() == "the old report\n"
+    assert list(tmp_path.iterdir()) == [path]
+    assert write_text(path, "the new report\n").read_text() == "the new report\n"
+    assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("fails", ["csv", "png"])
+def test_an_interrupted_report_leaves_every_file_whole(report_dir, tmp_path, monkeypatch, fails):
+    """Ctrl-C while the report writes its first CSV or PNG: every file keeps what it held."""
+    out_dir = pathlib.Path(shutil.copytree(report_dir, tmp_path / "out"))
+    before = {path.name: path.read_bytes() for path in out_dir.iterdir()}
+    if fails == "csv":
+        class HalfWriter:
+            def __init__(self, file):
+                self.file = file
+
+            def writerow(self, cells):
+                self.file.write(",".join(map(str, cells)))
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(csv, "writer", HalfWriter)
+    else:
+        figure = pytest.importorskip("matplotlib.figure").Figure
+
+        def half_png(self, path, **kwargs):
+            pathlib.Path(path).write_bytes(b"\x89PNG\r\n\x1a\n")
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(figure, "savefig", half_png)
+    with pytest.raises(KeyboardInterrupt):
+        write_report(FIXTURE, out_dir)
+    assert {path.name: path.read_bytes() for path in out_dir.iterdir()} == before
 
 
 # -- fits and costs -----------------------------------------------------------------------

@@ -22,7 +22,8 @@ import numbers
 
 import numpy as np
 
-from ..api import FLOAT_DTYPES, attention
+from ..api import FLOAT_DTYPES, attention, check_resources, planned
+from ..registry import get_kernel
 
 _PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 
@@ -36,9 +37,11 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, *, heads, kernel="c_tiled", caus
     ``kernel`` any registered kernel; ``causal`` as in ``kernels.attention``.
     ``head_mask`` (heads,) multiplies each head's output before the output projection:
     0 silences a head (the seed's exercise 3: mask a head, see what changes).
-    Raises ValueError (shapes, heads) or TypeError (types, dtypes) before any work.
+    Raises ValueError (shapes, heads, kernel), TypeError (types, dtypes) or MemoryError
+    (what the call would allocate does not fit) before any work.
     """
     _check(x, dict(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o), heads, biases, head_mask)
+    _check_memory(x, heads, kernel, causal)
     q, k, v = _projections(x, (w_q, w_k, w_v), heads, biases)
     heads_out = attention(q, k, v, kernel=kernel, causal=causal)     # (..., heads, n, d_head)
     if head_mask is not None:
@@ -80,6 +83,19 @@ def _project(x, w, b):
 
 def _bias(biases, index):
     return None if biases is None else biases[index]
+
+
+def _check_memory(x, heads, kernel, causal):
+    """MemoryError before the projections are made if the whole call cannot fit: the
+    attention's output and workspace, and six more arrays the size of x at the peak
+    (q, k, v and the contiguous copies a kernel makes of them; or q, k, v, the merged
+    heads, the output projection and its bias sum)."""
+    if x.size == 0:
+        return  # nothing to allocate; attention() says what is wrong with the sizes
+    *lead, n, d_model = x.shape
+    d_head = d_model // heads
+    problem = planned((*lead, heads), n, n, d_head, d_head, x.dtype, causal)
+    check_resources(get_kernel(kernel), problem, 6 * x.nbytes)
 
 
 def _check(x, weights, heads, biases, head_mask):

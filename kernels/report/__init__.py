@@ -15,8 +15,9 @@ and an empty cell in the CSVs.  A new section is one new module and one line bel
 """
 import pathlib
 
-from . import (decode, gaps, goals, memory_wall, model, multi_head, overview, seq_len, side_by_side, startup,
-               thread_scaling)
+from ..files import write_text, write_whole
+from . import (decode, gaps, goals, memory_wall, model, multi_head, overview, peers, seq_len, side_by_side,
+               startup, thread_scaling)
 from .document import Plot
 from .results import load_latest_run
 from .tables import Table
@@ -34,6 +35,7 @@ SECTIONS = (
     multi_head.precision,
     thread_scaling.thread_scaling,
     side_by_side.side_by_side,
+    peers.peers,
     memory_wall.memory_wall,
     model.model,
     decode.decode,
@@ -46,7 +48,10 @@ SECTIONS = (
 def write_report(results_dir=".asv/results", out_dir="reports"):
     """Write REPORT.md, the PNG plots and the CSV tables into ``out_dir``; return REPORT.md's path.
 
-    Raises FileNotFoundError naming ``results_dir`` when it holds no asv results.
+    Every file is written whole (``kernels.files.write_whole``): an interrupted report
+    leaves each file as it was or as it is now, never half written.  Raises
+    FileNotFoundError naming ``results_dir`` when it holds no asv results, and
+    ``results.ResultsError`` (a ValueError) naming a file when none of them can be read.
     """
     run = load_latest_run(results_dir)
     out_dir = pathlib.Path(out_dir)
@@ -57,13 +62,11 @@ def write_report(results_dir=".asv/results", out_dir="reports"):
             paragraphs.append(f"## {section.heading}")
         for block in section.blocks:
             if isinstance(block, Plot):
-                block.draw(out_dir / block.file)
+                write_whole(out_dir / block.file, block.draw)
             if isinstance(block, (Plot, Table)):
                 paragraphs.append(block.markdown())
             else:
                 paragraphs.append(block)
         for table in [b for b in section.blocks if isinstance(b, Table)] + section.data:
             table.write_csv(out_dir)
-    report = out_dir / "REPORT.md"
-    report.write_text("\n\n".join(paragraphs) + "\n")
-    return report
+    return write_text(out_dir / "REPORT.md", "\n\n".join(paragraphs) + "\n")

@@ -5,7 +5,8 @@ from typing import Callable, Optional
 
 @dataclass(frozen=True)
 class Plot:
-    """A PNG beside REPORT.md: ``draw(path)`` writes it, REPORT.md links it as ``file``."""
+    """A PNG beside REPORT.md: ``draw(path)`` writes it to ``path`` (a partial file that
+    ``write_report`` then renames onto ``file``), REPORT.md links it as ``file``."""
 
     file: str
     alt: str

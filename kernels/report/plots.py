@@ -64,10 +64,11 @@ def bytes_axis(ax):
         lambda value, _: format_bytes(value).replace(".0 ", " ")))
 
 
-def draw_kernels(ax, run, benchmark, dtype, styles, label, to_y):
-    """One line per kernel with data in this dtype (NaN leaves a gap); the n drawn."""
+def draw_kernels(ax, run, benchmark, dtype, styles, label, to_y, kernels=lambda kernel: True):
+    """One line per kernel (of those ``kernels(name)`` keeps) with data in this dtype (NaN
+    leaves a gap); the n drawn."""
     drawn = []
-    for kernel in run.kernels(benchmark):
+    for kernel in filter(kernels, run.kernels(benchmark)):
         seq_lens, values = run.series(benchmark, kernel=kernel, dtype=dtype)
         # every axis here is logarithmic: a zero is a gap, like a missing value
         y = [math.nan if missing(v) or v <= 0 else to_y(n, v) for n, v in zip(seq_lens, values)]
@@ -79,8 +80,9 @@ def draw_kernels(ax, run, benchmark, dtype, styles, label, to_y):
 
 
 def plot_against_seq_len(run, path, benchmark, title, ylabel, label,
-                         to_y=lambda seq_len, value: value, decorate=None):
-    """One log-log panel per dtype of ``benchmark``'s values against n, a line per kernel.
+                         to_y=lambda seq_len, value: value, decorate=None, kernels=lambda kernel: True):
+    """One log-log panel per dtype of ``benchmark``'s values against n, a line per kernel
+    (of those ``kernels(name)`` keeps).
 
     ``label(kernel, dtype)`` names a line; ``to_y(n, value)`` maps a value to the plotted y;
     ``decorate(ax, dtype, drawn)`` adds guides, may set a y axis of its own (else it is
@@ -92,7 +94,7 @@ def plot_against_seq_len(run, path, benchmark, title, ylabel, label,
     styles = kernel_styles(run)
     for dtype, ax in zip(bench_spec.DTYPES, axes[0]):
         ax.set_title(dtype)
-        drawn = draw_kernels(ax, run, benchmark, dtype, styles, label, to_y)
+        drawn = draw_kernels(ax, run, benchmark, dtype, styles, label, to_y, kernels)
         if not drawn:
             ax.set_axis_off()
             ax.text(0.5, 0.5, "no data in these results", transform=ax.transAxes, ha="center")

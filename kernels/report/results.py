@@ -6,20 +6,37 @@
 
 Every measurement is a float; NaN stands for anything not measured (skipped, failed or
 never run), so that gaps flow through tables and plots without special cases.
+
+The run also carries what the report should say about the rest of the folder: the other
+runs it holds (older commits, other machines; not used), the files that could not be read
+(skipped, one line each naming the file), and the benchmarks whose results were measured
+by another version of the benchmark than benchmarks.json describes (left out, as asv
+leaves them out).  Only a folder without one readable run raises: FileNotFoundError when
+it holds no results files, ``ResultsError`` (a ValueError) when none of them can be read.
 """
 import ast
+import dataclasses
 import itertools
 import json
 import math
 import pathlib
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Optional
 
+from .. import bench_spec
 from ..registry import KERNELS
 
 # The status of one asv value: a number, NaN (NotImplementedError in setup), null (an error).
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
+# The "version" of the results files asv 0.5 and 0.6 write (columns per benchmark).
+ASV_FORMAT = 2
+
+
+class ResultsError(ValueError):
+    """A file of the results folder that is not asv's results as this reader knows them;
+    the message is one line that names the file and says what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -37,12 +54,16 @@ class Run:
     """The results of one ``asv run``: which commit, when, where, and every record."""
 
     commit_hash: str
-    date: datetime                   # the commit's date: asv orders runs by it
-    measured_at: Optional[datetime]  # when the last benchmark of the run started
+    date: datetime                      # the commit's date: asv orders runs by it
+    measured_at: Optional[datetime]     # when the last benchmark of the run started
+    first_started: Optional[datetime]   # when the first did
     env_name: str
     machine: dict
     path: pathlib.Path
     records: tuple
+    stale: tuple = ()         # benchmarks measured by another version of their code: left out
+    others: tuple = ()        # the folder's other readable runs (Run), not used
+    unreadable: tuple = ()    # one line per file of the folder that could not be read
 
     def select(self, benchmark, **params):
         """Records of ``benchmark`` (a ``bench_spec.Benchmark`` or its name) whose params
@@ -82,32 +103,85 @@ class Run:
 
 
 def load_latest_run(results_dir):
-    """The newest asv results file under ``results_dir``, all machines: by the commit's
-    "date", then by when its benchmarks last ran.
+    """The newest readable asv results file under ``results_dir``, all machines: by the
+    commit's "date", then by when its benchmarks last ran.
 
-    Raises FileNotFoundError naming the folder when it holds no results.
+    A file that cannot be read is skipped and named in ``Run.unreadable``.  Raises
+    FileNotFoundError naming the folder when it holds no results files, ResultsError
+    naming a file when none of them can be read.
     """
     results_dir = pathlib.Path(results_dir)
     if not results_dir.is_dir():
         raise FileNotFoundError(f"no asv results folder at {results_dir} (run `asv run` first)")
-    paths = [p for p in results_dir.glob("*/*.json") if p.name != "machine.json"]
+    paths = sorted(p for p in results_dir.glob("*/*.json") if p.name != "machine.json")
     if not paths:
         raise FileNotFoundError(f"the asv results folder {results_dir} holds no results files "
                                 "(expected <machine>/<commit>-<env>.json; run `asv run` first)")
-    runs = [json.loads(path.read_text()) for path in paths]
+    notes = []  # the unreadable files besides the results files: benchmarks.json, machine.json
+    suite = _suite(results_dir, notes)
+    machines = {folder: _machine_json(folder, notes) for folder in sorted({path.parent for path in paths})}
+    runs, unreadable = [], []
+    for path in paths:
+        try:
+            runs.append(_read_run(path, suite, machines[path.parent]))
+        except ResultsError as error:
+            unreadable.append(str(error))
+    if not runs:
+        more = f" (and {len(unreadable) - 1} more unreadable files)" if len(unreadable) > 1 else ""
+        raise ResultsError(f"no readable asv results in {results_dir}: {unreadable[0]}{more}")
     # newest commit first; among results of one commit (several environments, or a
     # re-run), the one measured last
-    newest, path = max(zip(runs, paths), key=lambda pair: (
-        pair[0].get("date", 0), _last_started(pair[0]) or _datetime(0)))
-    return Run(
-        commit_hash=newest["commit_hash"],
-        date=_datetime(newest["date"]),
-        measured_at=_last_started(newest),
-        env_name=newest.get("env_name", ""),
-        machine=_machine(path.parent, newest),
-        path=path,
-        records=tuple(_records(newest, _param_names(results_dir))),
-    )
+    newest = max(runs, key=lambda run: (run.date, run.measured_at or _datetime(0)))
+    return dataclasses.replace(newest, others=tuple(run for run in runs if run is not newest),
+                               unreadable=tuple(notes + unreadable))
+
+
+def _read_json(path):
+    """The JSON in ``path``; ResultsError saying why when it is not readable JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ResultsError(f"{path}: not text (a binary file?), so not asv's JSON") from None
+    except json.JSONDecodeError as error:
+        raise ResultsError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}, column "
+                           f"{error.colno}; cut short by an interrupted write?)") from None
+    except OSError as error:
+        raise ResultsError(f"{path}: cannot be read ({error.strerror})") from None
+
+
+def _read_object(path, what):
+    """The JSON object in ``path``; ResultsError when it is not one."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: JSON, but not {what} (a {type(data).__name__}, not an object)")
+    return data
+
+
+def _read_run(path, suite, machine_json):
+    """One results file as a Run (without ``others`` and ``unreadable``)."""
+    data = _read_object(path, "an asv results file")
+    absent = [key for key in ("commit_hash", "date", "result_columns", "results") if key not in data]
+    if absent:
+        raise ResultsError(f"{path}: not an asv results file (no {', '.join(absent)})")
+    if data.get("version") != ASV_FORMAT:
+        raise ResultsError(f"{path}: asv results of format version {data.get('version')!r}; this "
+                           f"reader knows version {ASV_FORMAT} (asv 0.5 and 0.6)")
+    try:
+        records, stale = _records(data, suite)
+        starts = _started(data)
+        return Run(
+            commit_hash=str(data["commit_hash"]),
+            date=_datetime(data["date"]),
+            measured_at=max(starts) if starts else None,
+            first_started=min(starts) if starts else None,
+            env_name=str(data.get("env_name", "")),
+            machine={**data.get("params", {}), **machine_json},
+            path=path,
+            records=tuple(records),
+            stale=tuple(stale),
+        )
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError, OSError) as error:
+        raise ResultsError(f"{path}: not laid out as asv 0.6 results ({error})") from None
 
 
 def _datetime(milliseconds):
@@ -115,43 +189,58 @@ def _datetime(milliseconds):
     return datetime.fromtimestamp(milliseconds / 1000, tz=timezone.utc)
 
 
-def _last_started(results):
-    """The latest of asv's per-benchmark start times; None when the file has none."""
+def _started(results):
+    """asv's per-benchmark start times; empty when the file has none."""
     columns = results["result_columns"]
     if "started_at" not in columns:
-        return None
+        return []
     column = columns.index("started_at")
-    starts = [row[column] for row in results["results"].values() if len(row) > column and row[column]]
-    return _datetime(max(starts)) if starts else None
+    return [_datetime(row[column]) for row in results["results"].values()
+            if len(row) > column and row[column]]
 
 
-def _machine(machine_dir, results):
-    """machine.json of the run's machine; the results file's own copy fills any gap."""
-    machine = dict(results.get("params", {}))
-    machine_json = machine_dir / "machine.json"
-    if machine_json.is_file():
-        machine.update(json.loads(machine_json.read_text()))
+def _machine_json(machine_dir, notes):
+    """machine.json of a machine's folder ({} when absent or unreadable, noted)."""
+    path = machine_dir / "machine.json"
+    if not path.is_file():
+        return {}
+    try:
+        machine = _read_object(path, "asv's machine.json")
+    except ResultsError as error:
+        notes.append(f"{error}; the machine is described by its results files instead")
+        return {}
     return machine
 
 
-def _param_names(results_dir):
-    """Benchmark name -> its parameter names, from asv's benchmarks.json (empty if absent)."""
+def _suite(results_dir, notes):
+    """Benchmark name -> its entry in asv's benchmarks.json ("param_names", "version").
+
+    Without a readable benchmarks.json (noted), the parameter names of the benchmarks the
+    report reads come from ``kernels.bench_spec``, and versions are not checked.
+    """
     path = results_dir / "benchmarks.json"
-    if not path.is_file():
-        return {}
-    benchmarks = json.loads(path.read_text())
-    return {name: meta.get("param_names", []) for name, meta in benchmarks.items()
-            if isinstance(meta, dict)}
+    try:
+        if not path.is_file():
+            raise ResultsError(f"{path}: missing")
+        benchmarks = _read_object(path, "asv's benchmarks.json")
+    except ResultsError as error:
+        notes.append(f"{error}; parameter names taken from kernels.bench_spec")
+        return {str(b): {"param_names": list(b.params)} for b in bench_spec.BENCHMARKS}
+    return {name: meta for name, meta in benchmarks.items() if isinstance(meta, dict)}
 
 
-def _records(results, param_names):
-    """Unfold asv's columnar results into one Record per parameter combination.
+def _records(results, suite):
+    """(one Record per parameter combination, the stale benchmarks): asv's columnar
+    results unfolded.
 
-    asv stores each benchmark as a row of columns ("result", "params", ...); "result" is
-    flat over itertools.product of the parameter lists (the first varies slowest), or
-    null as a whole when every combination failed.
+    asv stores each benchmark as a row of columns ("result", "params", "version", ...);
+    "result" is flat over itertools.product of the parameter lists (the first varies
+    slowest), or null as a whole when every combination failed.  A benchmark whose
+    "version" (a hash of its code) or number of parameters differs from benchmarks.json's
+    is stale: its values are not those of the benchmark as the suite now defines it.
     """
     columns = results["result_columns"]
+    records, stale = [], []
     for benchmark, row in results["results"].items():
         cells = dict(zip(columns, row))
         param_lists = cells.get("params") or []
@@ -159,12 +248,35 @@ def _records(results, param_names):
         values = cells.get("result") or [None] * len(combos)
         if len(values) != len(combos):
             raise ValueError(f"{benchmark}: {len(values)} results for {len(combos)} "
-                             "parameter combinations; not an asv 0.6 results file?")
+                             "parameter combinations")
+        meta = suite.get(benchmark, {})
         # asv names unnamed parameters param1, param2, ...
-        names = param_names.get(benchmark) or [f"param{i + 1}" for i in range(len(param_lists))]
+        names = meta.get("param_names") or [f"param{i + 1}" for i in range(len(param_lists))]
+        measured_by, suite_has = cells.get("version"), meta.get("version")
+        if (measured_by and suite_has and measured_by != suite_has) or len(names) != len(param_lists):
+            stale.append(benchmark)
+            continue
         for combo, value in zip(combos, values):
             params = {name: _literal(text) for name, text in zip(names, combo)}
-            yield Record(benchmark, params, *_value_and_status(value))
+            records.append(Record(benchmark, params, *_value_and_status(value)))
+    return records, stale
+
+
+def benchmark_classes(results_dir, regex=""):
+    """The classes ("module.Class") of asv's benchmarks.json in ``results_dir`` with a
+    benchmark that ``asv run --bench regex`` selects, sorted: asv matches the regex against
+    the name of each benchmark, and of each parameter combination ("name(p1, p2)").
+    ``make bench`` runs the suite a class at a time."""
+    path = pathlib.Path(results_dir) / "benchmarks.json"
+    benchmarks = {name: meta for name, meta in _read_object(path, "asv's benchmarks.json").items()
+                  if isinstance(meta, dict)}
+
+    def names(name, meta):
+        combos = itertools.product(*meta.get("params", []))
+        return [f"{name}({', '.join(combo)})" for combo in combos] if meta.get("params") else [name]
+
+    return sorted({name.rsplit(".", 1)[0] for name, meta in benchmarks.items()
+                   if any(re.search(regex, full) for full in names(name, meta))})
 
 
 def _literal(text):

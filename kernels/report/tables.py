@@ -5,6 +5,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from ..files import write_whole
+
 
 def missing(value):
     """True for a gap: None or NaN."""
@@ -49,10 +51,13 @@ class Table:
         return "\n".join(lines)
 
     def write_csv(self, out_dir):
-        with open(out_dir / f"{self.name}.csv", "w", newline="") as file:
-            writer = csv.writer(file)
-            writer.writerow([column.key for column in self.columns])
-            writer.writerows(["" if missing(v) else v for v in row] for row in self.rows)
+        """``<name>.csv`` in ``out_dir``, written whole; -> its path."""
+        def write(partial):
+            with open(partial, "w", newline="") as file:
+                writer = csv.writer(file)
+                writer.writerow([column.key for column in self.columns])
+                writer.writerows(["" if missing(v) else v for v in row] for row in self.rows)
+        return write_whole(out_dir / f"{self.name}.csv", write)
 
 
 def fmt_seconds(seconds):

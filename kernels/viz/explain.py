@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..api import attention
+from ..files import write_text
 from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, analyse_queries_and_keys, attention_entropy
 from ..layers.multi_head import multi_head_attention, multi_head_projections
 from ..layers.retrieval import AGREEMENT_LEVEL, retrieval_cost, soft_vs_hard
@@ -181,7 +182,7 @@ def write_explanation(out_dir, *, kernel="c_tiled", seed=0):
         _long_section(out_dir, *long_example(seed)),
         _retrieval_section(out_dir, kernel, seed),
     ]
-    return figures.write_text(out_dir / "README.md", "\n\n".join(sections) + "\n")
+    return write_text(out_dir / "README.md", "\n\n".join(sections) + "\n")
 
 
 def _seed_section(out_dir, example):

@@ -15,14 +15,13 @@ Every figure has a title, labelled axes, a colour bar where colour carries a val
 caption under it saying what it was computed from.
 """
 import math
-import os
-import pathlib
 import textwrap
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..api import validate
+from ..files import write_whole
 from ..layers.analysis import attention_entropy
 from ..layers.similarity import ROW_BLOCK_BYTES, weight_blocks
 from ..report.plots import pyplot
@@ -309,21 +308,6 @@ def save_figure(fig, path, caption):
         return write_whole(path, lambda partial: fig.savefig(partial, format="png", dpi=DPI, bbox_inches="tight"))
     finally:
         pyplot().close(fig)
-
-
-def write_whole(path, write):
-    """``write(partial)`` writes a file beside ``path``, which is then renamed into place, so
-    that no reader ever sees half a file; -> the path."""
-    path = pathlib.Path(path)
-    partial = path.with_name(f".{path.name}.partial")
-    write(partial)
-    os.replace(partial, path)
-    return path
-
-
-def write_text(path, text):
-    """``text`` to ``path`` in UTF-8, whole (``write_whole``)."""
-    return write_whole(path, lambda partial: partial.write_text(text, encoding="utf-8"))
 
 
 def _token_ticks(ax, tokens):

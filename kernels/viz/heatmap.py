@@ -16,10 +16,11 @@ import time
 
 import numpy as np
 
+from ..files import write_text
 from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, attention_entropy
 from ..models import head_analysis, minilm
 from ..report.tables import Column, Table
-from . import figures, model_figures
+from . import model_figures
 
 FIGURES = {"maps": "head_maps.png", "entropy": "entropy_confidence.png", "mass": "special_mass.png",
            "classes": "pattern_classes.png", "ablation": "ablation.png"}
@@ -65,7 +66,7 @@ def write_heatmap(text, out_dir, *, kernel="c_tiled"):
         _papers_section(measures, ablation),
         f"Written in {time.perf_counter() - start:.0f} s (ablation {ablation.seconds:.0f} s).",
     ]
-    return figures.write_text(out_dir / "summary.md", "\n\n".join(sections) + "\n")
+    return write_text(out_dir / "summary.md", "\n\n".join(sections) + "\n")
 
 
 def _head(layer, head):

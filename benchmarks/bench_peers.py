@@ -1,0 +1,56 @@
+"""Our tiled kernels beside every CPU attention a user could pick instead, side by side.
+
+Each (peer, kernel, shape, threads, dtype) is one asv sample in a process of its own
+(asv runs every parameter combination in a fresh process), so a peer's thread pool,
+still spinning after its call, never steals from another peer's measurement; within the
+process the peer's call and ours alternate (``speedup_side_by_side``).  The shapes
+(``kernels.bench_spec``): 8 heads at the headline n, full and causal; one new token's
+query against a KV cache of 65,536 tokens (decode); one head at n = 64 (a tiny call,
+where the fixed cost shows).  A peer that is not installed, that declares it does not
+take a dtype, or that does not honour a thread budget below every CPU, is skipped with
+the reason.
+"""
+import kernels
+from kernels import bench_spec as spec
+
+from .common import THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, speedup_side_by_side
+
+
+class PeerSpeedup(ThreadBudget):
+    """A tiled kernel's speed over one peer: the peer's median time ÷ ours, timed side by side."""
+
+    params = [list(spec.PEERS), list(spec.TILED), list(spec.PEER_SHAPES), THREAD_COUNTS, list(spec.DTYPES)]
+    param_names = ["peer", "kernel", "shape", "threads", "dtype"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 900
+
+    def setup(self, peer, kernel, shape, threads, dtype):
+        record = kernels.KERNELS.get(peer)
+        if record is None:
+            raise NotImplementedError(f"{peer} is not installed (make peers)")
+        if dtype not in spec.PEER_SHAPE_DTYPES[shape]:
+            raise NotImplementedError(f"the {shape} shape is measured in {', '.join(spec.PEER_SHAPE_DTYPES[shape])}")
+        if not record.honours_budget and threads < kernels.threads.available_cpus():
+            raise NotImplementedError(f"{peer} at {threads} thread(s): {record.threading}")
+        self.use_threads(threads)
+        self.peer_call, self.call = (self._call(name, shape, dtype) for name in (peer, kernel))
+        self.peer_call(), self.call()  # warm-up: compilation, sessions, pages
+
+    def _call(self, name, shape, dtype):
+        """The call of kernel ``name`` on ``shape``; NotImplementedError if it cannot run it."""
+        if shape == "decode":
+            query, k, v = make_inputs(spec.HEADS, spec.DECODE_PEER_SEQ_LEN, dtype)
+            cache = kernels.KVCache(spec.HEADS, spec.HEAD_DIM, dtype=dtype, capacity=spec.DECODE_PEER_SEQ_LEN)
+            cache.append(k, v)
+            query = query[:, -1:]
+            check_runs(name, query, k, v, causal=True)
+            return lambda: cache.attend(query, kernel=name)
+        heads, seq_len = (1, spec.TINY_SEQ_LEN) if shape == "tiny" else (spec.HEADS, spec.HEADLINE_SEQ_LEN)
+        causal = shape == "causal"
+        q, k, v = make_inputs(heads, seq_len, dtype)
+        check_runs(name, q, k, v, causal)
+        return lambda: kernels.attention(q, k, v, kernel=name, causal=causal)
+
+    def track_speedup(self, peer, kernel, shape, threads, dtype):
+        return speedup_side_by_side(self.peer_call, self.call, spec.PEER_ROUNDS[shape])
+
+    track_speedup.unit = "times"
