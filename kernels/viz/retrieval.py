@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ..files import write_whole
 from ..layers.retrieval import AGREEMENT_LEVEL, DECODING_RADIUS
 
 TEMPERATURE_LABEL = "temperature T (scores ÷ T; log scale)"
@@ -141,6 +142,6 @@ def plot_retrieval_cost(cost, path):
 def _save(fig, path):
     from ..report.plots import pyplot
 
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    write_whole(path, lambda partial: fig.savefig(partial, format="png", dpi=120, bbox_inches="tight"))
     pyplot().close(fig)
     return path

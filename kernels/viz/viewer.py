@@ -28,11 +28,12 @@ import base64
 import html
 import importlib.resources
 import json
-import pathlib
 import re
 import zlib
 
 import numpy as np
+
+from ..files import write_text
 
 # float16 rounds to nearest with 11 significant bits: a relative error of at most 2^-11
 # (4.88e-4) for normal numbers; the page shows 6 significant digits, adding at most 5e-6
@@ -79,9 +80,7 @@ def write_viewer(tokens, weights, path, *, title="Attention weights", meta=None)
     values = {"TITLE": html.escape(str(title)), "DATA": _script_safe_json(data)}
     # one pass, so that a title containing a placeholder's name is never filled in again
     page = PLACEHOLDERS.sub(lambda match: values[match.group(1)], _template())
-    path = pathlib.Path(path)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_text(path, page)
 
 
 def _encode_map(weights):
