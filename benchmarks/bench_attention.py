@@ -84,7 +84,7 @@ class Threads(_Attention):
 
     def setup(self, kernel, threads):
         self.kernel = kernel
-        self.use_threads(threads)
+        self.use_threads(threads, kernel)
         self.q, self.k, self.v = prepare(kernel, self.batch, self.seq_len, self.dtype)
         self.flops = attention_flops(self.seq_len, self.seq_len, spec.HEAD_DIM, batch=self.batch)
 

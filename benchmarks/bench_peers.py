@@ -24,14 +24,11 @@ class PeerSpeedup(ThreadBudget):
     rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 900
 
     def setup(self, peer, kernel, shape, threads, dtype):
-        record = kernels.KERNELS.get(peer)
-        if record is None:
+        if peer not in kernels.KERNELS:
             raise NotImplementedError(f"{peer} is not installed (make peers)")
         if dtype not in spec.PEER_SHAPE_DTYPES[shape]:
             raise NotImplementedError(f"the {shape} shape is measured in {', '.join(spec.PEER_SHAPE_DTYPES[shape])}")
-        if not record.honours_budget and threads < kernels.threads.available_cpus():
-            raise NotImplementedError(f"{peer} at {threads} thread(s): {record.threading}")
-        self.use_threads(threads)
+        self.use_threads(threads, peer)
         self.peer_call, self.call = (self._call(name, shape, dtype) for name in (peer, kernel))
         self.peer_call(), self.call()  # warm-up: compilation, sessions, pages
 

@@ -23,7 +23,13 @@ class ThreadBudget:
 
     previous_budget = None  # set once setup has changed the budget
 
-    def use_threads(self, threads):
+    def use_threads(self, threads, *names):
+        """Set the budget to ``threads`` for kernels ``names``; NotImplementedError (asv:
+        skip) when one of them (a peer sizing its own threads) would not honour it."""
+        for name in names:
+            record = kernels.KERNELS.get(name)
+            if record and not record.honours_budget and threads < kernels.threads.available_cpus():
+                raise NotImplementedError(f"{name} at {threads} thread(s): {record.threading}")
         self.previous_budget = kernels.threads.set_budget(threads)
 
     def teardown(self, *params):

@@ -1,4 +1,5 @@
 """The asv suite loads, survives skipped cases, and the memory measurement it reports is right."""
+import dataclasses
 import inspect
 import itertools
 import pathlib
@@ -87,4 +88,20 @@ def test_peer_speedup_measures_an_installed_peer(bench_modules, shape):
     finally:
         benchmark.teardown(*params)
     assert np.isfinite(ratio) and ratio > 0
+    assert kernels.threads.budget() == budget
+
+
+def test_a_peer_sizing_its_own_threads_skips_below_every_cpu(bench_modules, monkeypatch):
+    """A peer whose threads the budget does not reach (as XLA's) is not timed at a budget
+    below every CPU, where it would still use them all; at every CPU it runs."""
+    own_threads = dataclasses.replace(kernels.KERNELS["numpy"], name="own_threads", honours_budget=False,
+                                      threading="its own pool")
+    monkeypatch.setitem(kernels.KERNELS, "own_threads", own_threads)
+    benchmark, budget = bench_modules["bench_attention"].Threads(), kernels.threads.budget()
+    with pytest.raises(NotImplementedError, match="own_threads at 1 thread.*its own pool"):
+        benchmark.setup("own_threads", 1)
+    benchmark.teardown("own_threads", 1)
+    assert kernels.threads.budget() == budget
+    benchmark.use_threads(kernels.threads.available_cpus(), "own_threads")  # every CPU: taken
+    benchmark.teardown()
     assert kernels.threads.budget() == budget
