@@ -20,8 +20,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # either: a first call compiles a Numba specialisation (an unaligned or float32 array is
 # a new type) or a peer's graph, seconds that say nothing about the example.
 #   ci:   the same examples on every run (derandomized, no example database), few enough
-#         that the property tests take about a minute on 2 cores.
-#   long: random examples, many more, failures kept in .hypothesis/ and replayed first.
+#         that tests/test_properties.py takes about half a minute on 2 cores.
+#   long: random examples, 20 times as many (about 8 minutes), failures kept in
+#         .hypothesis/ and replayed first.
+# The external peers take a tenth of these (tests/test_properties.py: FEWER_FOR_PEERS).
 settings.register_profile("ci", derandomize=True, max_examples=50, deadline=None, print_blob=True)
 settings.register_profile("long", max_examples=1000, deadline=None, print_blob=True)
 HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")

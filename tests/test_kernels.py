@@ -1,8 +1,6 @@
 """Every registered kernel against the float64 reference, through the one harness."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import kernels
 from kernels import harness
@@ -54,22 +52,3 @@ def test_one_thread_and_all_threads_agree(kernel_name):
         _assert_outcome(single)
         _assert_outcome(every)
 
-
-shapes = st.tuples(
-    st.integers(1, 3),      # batch
-    st.integers(1, 80),     # n_q
-    st.integers(1, 80),     # n_k
-    st.integers(1, 70),     # d
-    st.integers(1, 70),     # d_v
-    st.booleans(),          # causal
-    st.sampled_from(harness.DTYPES),
-)
-
-
-@pytest.mark.parametrize("name", [n for n in kernels.KERNELS if n != "naive"])
-@settings(max_examples=25, deadline=None)
-@given(shape=shapes)
-def test_random_shapes(name, shape):
-    batch, n_q, n_k, d, d_v, causal, dtype = shape
-    case = harness.Case(f"random {shape}", (batch,), n_q, n_k, d, d_v, causal=causal)
-    _assert_outcome(harness.check(name, case, dtype))
