@@ -22,6 +22,9 @@ def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):
     return scores + mask + row_stats
 
 
+# NaN/Inf inputs make NaN rows (inf - inf, 0 · inf), as in the reference: that is the
+# contract, not a warning.
+@np.errstate(invalid="ignore")
 def run(q, k, v, out, causal, scale):
     n_q, n_k = q.shape[1], k.shape[1]
     first = first_seeing_row(n_q, n_k, causal)
@@ -34,10 +37,8 @@ def run(q, k, v, out, causal, scale):
         # query first + r sees keys j <= first + r + (n_k - n_q)
         visible = np.tri(n_q - first, n_k, k=first + n_k - n_q, dtype=bool)
         np.copyto(scores, -np.inf, where=np.logical_not(visible))
-    # P = exp(S - rowmax(S)) in place; l = rowsum(P).  NaN/Inf inputs make NaN rows
-    # (inf - inf), as in the reference: that is the contract, not a warning.
-    with np.errstate(invalid="ignore"):
-        scores -= scores.max(axis=-1, keepdims=True)
+    # P = exp(S - rowmax(S)) in place; l = rowsum(P)
+    scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     row_sums = scores.sum(axis=-1, keepdims=True)
     # Y = P V / l, written straight into the output
