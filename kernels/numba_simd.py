@@ -1,7 +1,7 @@
 """SIMD building blocks for Numba kernels: a vectorisable exp2, stack register blocks,
-explicit vector FMA, and the option sets to compile them with.
+explicit vector FMA, vector-aligned scratch, and the option sets to compile them with.
 
-Numba hands LLVM scalar loops and lets its loop vectoriser decide.  Three things a
+Numba hands LLVM scalar loops and lets its loop vectoriser decide.  Several things a
 fast attention kernel (numba_tiled) needs do not come out of that; this module
 supplies them and what they are built on:
 
@@ -9,22 +9,41 @@ supplies them and what they are built on:
   scalar libm call per element, which keeps the loop scalar, and there is no SVML
   here (Intel's vector maths library, which Numba would otherwise call).  2**k is
   built in the exponent field from the bits of k plus a magic constant, because
-  AVX2 has no float64 to int64 conversion (that is AVX-512DQ).
+  AVX2 has no float64 to int64 conversion (that is AVX-512DQ; there the trick costs
+  the same one instruction as the conversion, so one code serves both).
 - ``register_block(dtype)``: a (BLOCK_ROWS, panel_width(dtype)) array on the stack
   that LLVM keeps in SIMD registers, since Numba has no way to say "keep these in
   registers".
 - ``fma_vector(acc, i, a, x, j)``: one explicit SIMD fused multiply-add.  Numba runs
   no SLP vectoriser, and its loop vectoriser, given a product to compute, would rather
   sum along the contraction and pay a horizontal reduction per result.
-- ``panel_width(dtype)``: the number of columns of a register block (24 float32, 12
-  float64), a compile-time constant in compiled code.
+- ``panel_width(dtype)``: the number of columns of a register block (AVX-512: 48
+  float32, 24 float64; otherwise 24 float32, 12 float64), a compile-time constant in
+  compiled code.
+- ``prefer_wide_vectors()``: lets LLVM's loop vectoriser use VECTOR_BYTES-wide
+  vectors in the function that calls it (on AVX-512 CPUs it would use 256 bits).
+- ``aligned_empty(rows, cols, dtype)``: np.empty whose data starts on a VECTOR_BYTES
+  boundary (Numba aligns to 32 bytes, so half the 64-byte loads would straddle two
+  cache lines).
 - The shape of a register block (VECTOR_BYTES, BLOCK_ROWS, BLOCK_VECTORS) and the
   option sets for ``@njit`` and ``@overload`` (FASTMATH, OVERLOAD_OPTIONS,
   JIT_OPTIONS, INTERNAL), shared by every kernel built on these pieces.
 
+Vector width: chosen once, at import, for the CPU Numba compiles for (the host, or
+NUMBA_CPU_NAME / NUMBA_CPU_FEATURES when set): with AVX-512F, 64-byte vectors and
+register blocks of 8 x 3 vectors (24 of 32 registers); otherwise 32-byte (AVX2)
+vectors and 4 x 3 blocks (12 of 16).  LLVM turns the explicit 64-byte operations
+into zmm instructions even though it prefers 256-bit vectors on these CPUs: Numba's
+functions carry no "min-legal-vector-width" attribute, which is what keeps clang's
+512-bit code in ymm halves.  To build for a CPU without AVX-512 on one that has it,
+set for example NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES="" (Numba's cache keys on
+both, so the two builds do not mix).  Only a features string naming +avx512f selects
+64 bytes: NUMBA_CPU_NAME=skylake-avx512 with empty features gets 32 (correct, slower).
+
 The intrinsics generate LLVM IR through Numba internals (``make_array``,
 ``context.populate_array``, ``cgutils.alloca_once``), which may change between
-releases: tested only with Numba 0.68.1 (llvmlite 0.50.0).
+releases: tested only with Numba 0.68.1 (llvmlite 0.50.0).  ``prefer_wide_vectors``
+also writes a string attribute that llvmlite's attribute set does not know about.
 
 Caching: ``cache=True`` validates a cached function against a hash of its own source
 file only, and the code of this module is compiled into the kernels that call it, so
@@ -37,14 +56,27 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
+from numba.core import cgutils, config
+from numba.core.codegen import get_host_cpu_features
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array
 
-VECTOR_BYTES = 32  # one AVX2 register; on narrower CPUs LLVM splits each vector operation
-BLOCK_ROWS = 4  # register block: keys (numba_tiled.qk_tile) or value columns (pv_tile) ...
-BLOCK_VECTORS = 3  # ... times a panel of this many vectors of queries: 12 of 16 registers
-# A panel is 24 float32 or 12 float64 queries.
+
+def compiles_for_avx512():
+    """Whether the CPU Numba compiles for has AVX-512F: NUMBA_CPU_FEATURES if set (as
+    Numba's code generator reads it), else the host's features."""
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
+    return "+avx512f" in features.split(",")
+
+
+if compiles_for_avx512():
+    VECTOR_BYTES = 64  # one zmm register
+    BLOCK_ROWS = 8  # register block: keys (numba_tiled.qk_tile) or value columns (pv_tile) ...
+else:
+    VECTOR_BYTES = 32  # one AVX2 register; on narrower CPUs LLVM splits each vector operation
+    BLOCK_ROWS = 4
+BLOCK_VECTORS = 3  # ... times a panel of this many vectors of queries: 24 of 32 (12 of 16) registers
+# A panel is 48 float32 or 24 float64 queries (AVX2: 24 or 12).
 
 # No 'nnan'/'ninf': masked scores are -inf and NaN in the inputs must propagate.
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
@@ -134,9 +166,9 @@ def register_block(typingctx, dtype):
 
     No pointer to it escapes, so LLVM knows that no other load or store can touch
     it and keeps a block that a loop updates in registers for the whole loop.
-    Cost: BLOCK_ROWS · BLOCK_VECTORS · VECTOR_BYTES = 384 bytes of stack frame (12
-    registers' worth), reserved once per call of the enclosing function; no heap
-    allocation, no reference count.
+    Cost: BLOCK_ROWS · BLOCK_VECTORS · VECTOR_BYTES bytes of stack frame (1536 with
+    AVX-512, 384 with AVX2: 24 or 12 registers' worth), reserved once per call of
+    the enclosing function; no heap allocation, no reference count.
     """
     array_type = types.Array(dtype.dtype, 2, "C")
     cols = _panel(dtype.dtype)
@@ -194,3 +226,49 @@ def fma_vector(typingctx, acc, i, a, x, j):
         return context.get_dummy_value()
 
     return types.none(acc, i, a, x, j), codegen
+
+
+@intrinsic
+def prefer_wide_vectors(typingctx):
+    """Let LLVM's loop vectoriser use VECTOR_BYTES-wide vectors in the calling function.
+
+    On CPUs with AVX-512, LLVM's X86 backend prefers 256-bit vectors (the tuning
+    "prefer-256-bit", from the days when zmm instructions lowered the clock), so a
+    loop it vectorises by itself (exp2 across queries) would use half the register.
+    This sets the caller's "prefer-vector-width" function attribute, which overrides
+    that per function.  llvmlite's attribute set only takes attribute names it knows,
+    so the key="value" string goes into the underlying set, whose items llvmlite
+    prints verbatim into the function's definition.  (NUMBA_CPU_FEATURES=-prefer-256-bit
+    does the same for every function of the process, but must be set before Numba
+    starts: not a choice a library can make.)  Cost: none at run time.
+    """
+
+    def codegen(context, builder, signature, args):
+        set.add(builder.function.attributes, f'"prefer-vector-width"="{VECTOR_BYTES * 8}"')
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+def aligned_empty(rows, cols, dtype):
+    """A (rows, cols) C array of ``dtype`` starting on a VECTOR_BYTES boundary;
+    compiled code only (see _aligned_empty_overload)."""
+    raise NotImplementedError("aligned_empty is only callable from jitted code")
+
+
+@overload(aligned_empty, jit_options=OVERLOAD_OPTIONS)
+def _aligned_empty_overload(rows, cols, dtype):
+    """np.empty allocates on a 32-byte boundary: a 64-byte vector load from it would
+    straddle two cache lines every other time.  So allocate up to one vector more and
+    start the view at the first aligned element; a row of cols · itemsize bytes (a
+    multiple of VECTOR_BYTES for whole panels) keeps every row aligned.
+    Cost: one np.empty of rows · cols + lanes - 1 elements, uninitialised."""
+    itemsize = dtype.dtype.bitwidth // 8
+    lanes = VECTOR_BYTES // itemsize
+
+    def aligned_empty_impl(rows, cols, dtype):
+        buffer = np.empty(rows * cols + lanes - 1, dtype)
+        skip = (-(buffer.ctypes.data // itemsize)) % lanes
+        return buffer[skip : skip + rows * cols].reshape((rows, cols))
+
+    return aligned_empty_impl
