@@ -1,15 +1,22 @@
 /* attnbench C kernel: public entry points, SIMD path selection, and the two instances
    (float, double) of the tiled online-softmax driver in flash_driver_template.h.
 
-   Tile sizes (query rows × keys per tile, per thread). Swept with csrc/sweep_tiles.py (1 thread,
-   n = 4096, d = 64, GFLOP/s full/causal, best of 8 shuffled rounds on a shared 2-core Zen 3
-   VM, so differences below ~3% are noise):
-     float32  192×128 69.8/66.9  192×256 72.3/68.3  264×64 69.9/66.4  264×128 71.9/68.0
-              264×256 72.4/68.8;  (4 rounds) query tiles of 96-144 rows: 55-68
-     float64  96×256 25.7/28.1   192×128 26.9/27.4  264×64 28.8/29.7  264×128 30.3/29.8
-              264×256 30.4/28.9
-   Large query tiles win: each K and V row read from memory serves more queries. The key
-   tile matters little; 128 keeps the score tile (264 × 128) at 135 KB (f32) in L2. */
+   Tile sizes (query rows × keys per tile, per thread). Swept with csrc/sweep_tiles.py on the
+   AVX-512 path (1 thread, 2 heads, n = 4096, d = 64, GFLOP/s of thread CPU time full/causal,
+   best of 3 shuffled rounds on a shared 2-core Sapphire-Rapids-class Xeon VM under heavy
+   load from other jobs, so differences below ~10% are noise):
+     float32  192×64 110/109   192×128 107/107   288×128 110/105   384×64 112/106
+              384×128 126/126  384×256 98/95     528×64 107/102    528×128 127/116
+              528×256 114/125  768×128 130/115   768×256 121/107
+     float64  288×128 55/50    384×128 50/44     528×64 50/52      528×128 59/55
+              528×256 60/58    768×128 56/54
+   Large query tiles win: each K and V tile, packed once per query tile (pack_k, pack_v),
+   then serves more queries; at 240 rows packing took ~15% of the time, at 528 ~4% (rdtsc
+   around the phases). 128 keys keep a panel's Sᵀ (48 × 128 float32, 24 KB) in L1 between
+   its three steps, and the packed K and V tiles (32 KB each) in L2. The sizes must be multiples of
+   every ISA's query panel (float32: 48, 24, 8; float64: 24, 12, 8): 528 is. (On the
+   earlier 2-core Zen 3 VM, AVX2 only, with the tile's whole Sᵀ stored between the steps,
+   264 × 128 was best: 72 / 68 GFLOP/s float32, 30 / 30 float64.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,22 +25,22 @@
 #include "tile_ops.h"
 
 #ifndef ATTN_F32_QUERY_TILE
-#define ATTN_F32_QUERY_TILE 264   /* a multiple of the 24-query panels */
+#define ATTN_F32_QUERY_TILE 528   /* a multiple of every ISA's query panel (48, 24, 8) */
 #endif
 #ifndef ATTN_F32_KEY_TILE
 #define ATTN_F32_KEY_TILE 128
 #endif
 #ifndef ATTN_F64_QUERY_TILE
-#define ATTN_F64_QUERY_TILE 264
+#define ATTN_F64_QUERY_TILE 528
 #endif
 #ifndef ATTN_F64_KEY_TILE
 #define ATTN_F64_KEY_TILE 128
 #endif
 
-/* Split-KV (decode) path, flash_driver_template.h. Up to 4 query rows per head: a 24-row
-   query panel would then be at least 6/7 padding, and each K and V row serves so few rows
-   that the pass is bound by reading K and V, which the split path does once per head,
-   spread over all threads. */
+/* Split-KV (decode) path, flash_driver_template.h. Up to 4 query rows per head: a query
+   panel (48 rows with AVX-512, 24 with AVX2) would then be at least 5/6 padding, and each
+   K and V row serves so few rows that the pass is bound by reading K and V, which the
+   split path does once per head, spread over all threads. */
 #ifndef DECODE_MAX_QUERIES
 #define DECODE_MAX_QUERIES 4
 #endif
@@ -53,6 +60,16 @@
 #define CACHE_LINE 64
 
 static size_t cache_lines(size_t bytes) { return (size_t)round_up((int64_t)bytes, CACHE_LINE); }
+
+/* Prefetch into L2 slice `part` of `slices` equal slices of the bytes at p, one cache line
+   at a time: a loop over the parts fetches them all, spread over its iterations. */
+static void prefetch_slice(const void *p, size_t bytes, int64_t part, int64_t slices)
+{
+    const size_t from = bytes * part / slices / CACHE_LINE * CACHE_LINE;
+    const size_t to = bytes * (part + 1) / slices;   /* the next slice starts at its line */
+    for (size_t b = from; b < to; b += CACHE_LINE)
+        __builtin_prefetch((const char *)p + b, 0, 2);
+}
 
 /* The problem's shape, shared by both precisions. */
 struct shape {
@@ -88,27 +105,52 @@ static int worth_threads(int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int
 static const struct tile_ops_f32 *ops_f32 = &tile_ops_generic_f32;
 static const struct tile_ops_f64 *ops_f64 = &tile_ops_generic_f64;
 
+/* Whether the CPU has the features a path's functions are compiled for (their target
+   attributes; every AVX-512F CPU also has FMA). */
+static int cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+}
+
 static int cpu_has_avx2_fma(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+static int cpu_has_any(void) { return 1; }
+
+/* The SIMD paths, best first, by the name attn_select_isa accepts. */
+static const struct isa_path {
+    const char *name;
+    int (*cpu_runs)(void);
+    const struct tile_ops_f32 *f32;
+    const struct tile_ops_f64 *f64;
+} isa_paths[] = {
+    {"avx512", cpu_has_avx512, &tile_ops_avx512_f32, &tile_ops_avx512_f64},
+    {"avx2", cpu_has_avx2_fma, &tile_ops_avx2_f32, &tile_ops_avx2_f64},
+    {"generic", cpu_has_any, &tile_ops_generic_f32, &tile_ops_generic_f64},
+};
+
+/* "auto" takes the first path the CPU runs; a name, that path if the CPU runs it. */
 int attn_select_isa(const char *name)
 {
-    const int has_avx2 = cpu_has_avx2_fma();
-    int avx2;
-    if (strcmp(name, "auto") == 0)
-        avx2 = has_avx2;
-    else if (strcmp(name, "avx2") == 0 && has_avx2)
-        avx2 = 1;
-    else if (strcmp(name, "generic") == 0)
-        avx2 = 0;
-    else
-        return -1;
-    ops_f32 = avx2 ? &tile_ops_avx2_f32 : &tile_ops_generic_f32;
-    ops_f64 = avx2 ? &tile_ops_avx2_f64 : &tile_ops_generic_f64;
-    return 0;
+    const int is_auto = strcmp(name, "auto") == 0;
+    for (size_t i = 0; i < sizeof isa_paths / sizeof isa_paths[0]; i++) {
+        const struct isa_path *path = &isa_paths[i];
+        if (!is_auto && strcmp(name, path->name) != 0)
+            continue;
+        if (!path->cpu_runs()) {
+            if (is_auto)
+                continue;
+            return -1;
+        }
+        ops_f32 = path->f32;
+        ops_f64 = path->f64;
+        return 0;
+    }
+    return -1;
 }
 
 const char *attn_active_isa(void)

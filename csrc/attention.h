@@ -16,9 +16,9 @@ int attn_forward_f64(const double *q, const double *k, const double *v, double *
                      int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
                      int causal, double scale, int n_threads);
 
-/* SIMD path: "auto" (default: AVX2+FMA if the CPU has them, else generic), "avx2", "generic".
-   Returns 0, or -1 for an unknown name or an ISA the CPU lacks. */
+/* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL), AVX2+FMA, generic),
+   "avx512", "avx2", "generic". Returns 0, or -1 for an unknown name or an ISA the CPU lacks. */
 int attn_select_isa(const char *name);
-const char *attn_active_isa(void);   /* "avx2-fma" or "generic" */
+const char *attn_active_isa(void);   /* "avx512", "avx2-fma" or "generic" */
 
 #endif

@@ -25,16 +25,19 @@ SOURCES = [
     "csrc/tile_ops_generic.c",
     "csrc/tile_ops_avx2_f32.c",
     "csrc/tile_ops_avx2_f64.c",
+    "csrc/tile_ops_avx512_f32.c",
+    "csrc/tile_ops_avx512_f64.c",
 ]
 DEPENDS = [
     "csrc/attention.h",
     "csrc/tile_ops.h",
     "csrc/flash_driver_template.h",
     "csrc/tile_ops_generic_template.h",
-    "csrc/tile_ops_avx2_template.h",
+    "csrc/tile_ops_simd_template.h",
+    "csrc/tile_ops_exp.h",
 ]
 # IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no
-# -ffast-math/-Ofast; no -march=native either: the AVX2 code is chosen at run time.
+# -ffast-math/-Ofast; no -march=native either: the AVX2 and AVX-512 code is chosen at run time.
 COMPILE_ARGS = ["-O3", "-fopenmp", "-fno-math-errno", "-std=c11", "-Wall", "-Wextra"]
 LINK_ARGS = ["-fopenmp"]
 

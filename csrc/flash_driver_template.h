@@ -9,12 +9,13 @@
 
    For every (head, query tile) and every key tile the query tile can see
    (tiles are stored transposed, in panels of queries: see tile_ops.h):
-     Sᵀ = scale · K Qᵀ                              qk_tile
+     Sᵀ = scale · K Qᵀ  (K packed by pack_k)        qk_tile
      mask scores above the causal diagonal (−inf)   mask_causal
      m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax
      alpha = exp(m − m_new), l = alpha · l + rowsum P
      O = alpha · O + P V  (V packed by pack_v)      pv_tile
-   and finally out = O / l. Nothing larger than a tile is ever stored.
+   and finally out = O / l. Nothing larger than a tile is ever stored, and Sᵀ only for
+   one panel of queries at a time.
 
    With at most DECODE_MAX_QUERIES query rows per head (decoding with a KV cache) a query
    tile would be almost all padding and there would be only `batch` tiles to share among the
@@ -26,7 +27,7 @@
      m = max m_c, out = Σ exp(m_c − m) acc_c / Σ exp(m_c − m) l_c    merge_chunks */
 
 struct SUFFIX(scratch) {
-    real *qt, *st, *ot, *m, *l, *alpha, *vp;
+    real *qt, *st, *ot, *m, *l, *alpha, *kp, *vp;
     int32_t *visible, *panel_keys;
     void *block;
 };
@@ -38,13 +39,14 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     const int64_t rows = round_up(QUERY_TILE, ops->query_panel);
     const size_t sizes[] = {
         cache_lines(rows * sh->d * sizeof(real)),                          /* qt */
-        cache_lines(rows * KEY_CAP * sizeof(real)),                        /* st */
+        cache_lines(ops->query_panel * KEY_CAP * sizeof(real)),            /* st: one panel */
         cache_lines(rows * round_up(sh->d_v, COL_BLOCK) * sizeof(real)),   /* ot */
         cache_lines(rows * sizeof(real)),                                  /* m */
         cache_lines(rows * sizeof(real)),                                  /* l */
         cache_lines(rows * sizeof(real)),                                  /* alpha */
         cache_lines(rows * sizeof(int32_t)),                               /* visible */
         cache_lines(rows * sizeof(int32_t)),                               /* panel_keys */
+        cache_lines(KEY_CAP * sh->d * sizeof(real)),                       /* kp */
         cache_lines(KEY_CAP * round_up(sh->d_v, COL_BLOCK) * sizeof(real)),   /* vp */
     };
     size_t total = 0;
@@ -62,6 +64,7 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     sc->alpha = (real *)block;       block += sizes[5];
     sc->visible = (int32_t *)block;      block += sizes[6];
     sc->panel_keys = (int32_t *)block;   block += sizes[7];
+    sc->kp = (real *)block;          block += sizes[8];
     sc->vp = (real *)block;
 }
 
@@ -73,6 +76,20 @@ static void SUFFIX(pack_qt)(const real *q, int64_t rows, int64_t rows_pad, int64
         for (int64_t p = 0; p < d; p++)
             for (int64_t lane = 0; lane < panel; lane++)
                 qt[r0 * d + p * panel + lane] = r0 + lane < rows ? q[(r0 + lane) * d + p] : 0;
+}
+
+/* kp (KEY_CAP / KEY_BLOCK, d, KEY_BLOCK) = K rows [0, keys) of the tile, each block of
+   KEY_BLOCK keys side by side, so that a micro-kernel finds the keys it broadcasts at one
+   address per step (in place, gcc's addressing of 8 key rows spilled registers); keys past
+   the tile are zero, scored but never read. */
+static void SUFFIX(pack_k)(const real *k, int64_t keys, int64_t d, real *kp)
+{
+    for (int64_t j0 = 0; j0 < keys; j0 += KEY_BLOCK) {
+        real *block = kp + j0 * d;
+        for (int64_t i = 0; i < KEY_BLOCK; i++)
+            for (int64_t p = 0; p < d; p++)
+                block[p * KEY_BLOCK + i] = j0 + i < keys ? k[(j0 + i) * d + p] : 0;
+    }
 }
 
 /* vp (dv_pad / COL_BLOCK, KEY_CAP, COL_BLOCK) = V rows [0, keys) of the tile in blocks of
@@ -147,12 +164,30 @@ static void SUFFIX(attend_query_tile)(const struct SUFFIX(tile_ops) *ops, const 
         const int diagonal = SUFFIX(count_visible)(sh, i0, j0, keys, rows_pad, panel,
                                                    sc->visible, sc->panel_keys);
 
-        ops->qk_tile(k + j0 * d, sc->panel_keys, sc->qt, rows_pad, d, scale, sc->st, KEY_CAP);
-        if (diagonal)
-            SUFFIX(mask_causal)(sc->st, sc->visible, sc->panel_keys, rows_pad, panel);
-        ops->online_softmax(sc->st, KEY_CAP, sc->panel_keys, rows_pad, sc->m, sc->l, sc->alpha);
+        SUFFIX(pack_k)(k + j0 * d, keys, d, sc->kp);
         SUFFIX(pack_v)(v + j0 * d_v, keys, d_v, sc->vp);
-        ops->pv_tile(sc->st, KEY_CAP, sc->visible, sc->alpha, sc->vp, d_v, rows_pad, sc->ot);
+        /* the next key tile's K and V rows, contiguous in the input, fetched into L2 a
+           slice per panel while this tile computes, so that packing them finds them there */
+        const int64_t next_keys = min_i64(KEY_TILE, key_end - j0 - keys);
+        const size_t next_k_bytes = next_keys > 0 ? next_keys * d * sizeof(real) : 0;
+        const size_t next_v_bytes = next_keys > 0 ? next_keys * d_v * sizeof(real) : 0;
+        /* One panel at a time through all three steps, so that its Sᵀ (KEY_CAP × panel) is
+           still in L1 when the softmax and P V read it. A panel that sees none of the keys
+           would keep its state unchanged: skipped. */
+        for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
+            prefetch_slice(k + (j0 + keys) * d, next_k_bytes, r0 / panel, rows_pad / panel);
+            prefetch_slice(v + (j0 + keys) * d_v, next_v_bytes, r0 / panel, rows_pad / panel);
+            const int32_t *panel_keys = sc->panel_keys + r0 / panel;
+            if (*panel_keys == 0)
+                continue;
+            ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d, panel, d, scale, sc->st, KEY_CAP);
+            if (diagonal)
+                SUFFIX(mask_causal)(sc->st, sc->visible + r0, panel_keys, panel, panel);
+            ops->online_softmax(sc->st, KEY_CAP, panel_keys, panel, sc->m + r0, sc->l + r0,
+                                sc->alpha + r0);
+            ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
+                         sc->ot + r0 * dv_pad);
+        }
     }
 
     for (int64_t r = 0; r < rows; r++) {

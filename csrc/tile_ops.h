@@ -1,10 +1,11 @@
 /* The contract between the tiling driver (flash_driver_template.h, plain C) and the per-ISA
-   tile operations (tile_ops_avx2_template.h, instantiated by tile_ops_avx2_f32.c and
-   tile_ops_avx2_f64.c; tile_ops_generic_template.h, instantiated by tile_ops_generic.c).
+   tile operations: tile_ops_simd_template.h, one algorithm instantiated by
+   tile_ops_avx2_{f32,f64}.c and tile_ops_avx512_{f32,f64}.c with each ISA's vocabulary, and
+   tile_ops_generic_template.h, instantiated by tile_ops_generic.c.
 
    Tiles are held query-minor ("transposed"), so that SIMD lanes run over queries: the
-   softmax statistics of 8 (or 4) queries then live in one vector and need no horizontal
-   reductions. K is read straight from the input; V is packed once per tile (pack_v):
+   softmax statistics of a vector's queries then live in one vector and need no horizontal
+   reductions. K and V are packed once per key tile (pack_k, pack_v):
      qt (rows_pad / query_panel, d, query_panel)        Qᵀ of the query tile in panels;
                                                         padding queries are zero
      st (rows_pad / query_panel, key_cap, query_panel)  Sᵀ: scores, overwritten in place by
@@ -12,6 +13,8 @@
      ot (rows_pad / query_panel, dv_pad, query_panel)   Oᵀ: unnormalised output accumulator;
                                                         dv_pad = d_v rounded up to COL_BLOCK
                                                         (extra rows are scratch, never read)
+     kp (key_cap / KEY_BLOCK, d, KEY_BLOCK)             the K tile in blocks of KEY_BLOCK
+                                                        keys side by side (key-minor)
      vp (dv_pad / COL_BLOCK, key_cap, COL_BLOCK)        the V tile in blocks of COL_BLOCK
                                                         columns, each block contiguous
      m, l, alpha (rows_pad)   per query: running max, running sum, this tile's rescale factor
@@ -37,9 +40,12 @@
 
 #include <stdint.h>
 
-#define KEY_BLOCK 4   /* keys per QK micro-kernel call (rows of Sᵀ) */
-#define COL_BLOCK 4   /* value columns per PV micro-kernel call (rows of Oᵀ) */
-#define ROW_KEY_PAD 8 /* online_softmax_row's s holds round_up(keys, ROW_KEY_PAD) values */
+/* Key counts are rounded up to KEY_BLOCK and V is packed in blocks of COL_BLOCK columns;
+   every ISA's micro-kernels take a divisor of these at a time (AVX-512: 8, AVX2: 4). */
+#define KEY_BLOCK 8
+#define COL_BLOCK 8
+#define ROW_KEY_PAD 16   /* online_softmax_row's s holds round_up(keys, ROW_KEY_PAD) values:
+                            whole vectors of every ISA */
 
 /* Index arithmetic, shared by the driver and the tile operations. */
 static inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -50,12 +56,13 @@ static inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b
 struct tile_ops_f32 {
     const char *isa;
     int64_t query_panel;
-    /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ, panel p only for its panel_keys[p] keys */
-    void (*qk_tile)(const float *k, const int32_t *panel_keys, const float *qt,
+    /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ from the packed kp, panel p only for its
+       panel_keys[p] keys (rounded up to the ISA's micro-kernel: rows past them are scratch) */
+    void (*qk_tile)(const float *kp, const int32_t *panel_keys, const float *qt,
                     int64_t rows_pad, int64_t d, float scale, float *st, int64_t key_cap);
     /* per query: m_new = max(m, column max of Sᵀ), Pᵀ = exp(Sᵀ − m_new),
        alpha = exp(m − m_new), l = alpha · l + column sum of Pᵀ, m = m_new
-       (measured from 0 instead while m_new = −inf, see online_softmax_24) */
+       (measured from 0 instead while m_new = −inf, see online_softmax_panel) */
     void (*online_softmax)(float *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, float *m, float *l, float *alpha);
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from the packed vp, query r summing over its first visible[r] keys */
@@ -74,7 +81,7 @@ struct tile_ops_f32 {
 struct tile_ops_f64 {
     const char *isa;
     int64_t query_panel;
-    void (*qk_tile)(const double *k, const int32_t *panel_keys, const double *qt,
+    void (*qk_tile)(const double *kp, const int32_t *panel_keys, const double *qt,
                     int64_t rows_pad, int64_t d, double scale, double *st, int64_t key_cap);
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, double *m, double *l, double *alpha);
@@ -87,7 +94,7 @@ struct tile_ops_f64 {
                    double *acc);
 };
 
-extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32;
-extern const struct tile_ops_f64 tile_ops_generic_f64, tile_ops_avx2_f64;
+extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32, tile_ops_avx512_f32;
+extern const struct tile_ops_f64 tile_ops_generic_f64, tile_ops_avx2_f64, tile_ops_avx512_f64;
 
 #endif

@@ -4,37 +4,48 @@ The idea it adds over the ``numba_tiled`` rung: the same algorithm (query tiles 
 over key tiles keeping the running row maximum m, sum l and a rescaled accumulator O;
 the n_q x n_k scores never exist) and the same transposed, register-blocked tiles, but
 written by hand the way a small GEMM library is written, with nothing left to a
-compiler's judgement: each query tile's Qᵀ is packed once into panels of 24 queries
-(12 in float64), K is read in place, each V tile is packed into contiguous blocks of
-4 columns, two AVX2/FMA intrinsic micro-kernels of the same 4 x 24 shape compute
-Sᵀ = scale · K Qᵀ and Oᵀ = alpha · Oᵀ + Vᵀ Pᵀ, and between them the online softmax runs
-down the columns with a 2-ulp polynomial exp, so a query's max and sum never need a
-horizontal reduction.
+compiler's judgement: each query tile's Qᵀ is packed once into panels of queries, each
+K tile into blocks of 8 keys side by side and each V tile into blocks of 8 columns; per
+panel, two intrinsic micro-kernels compute Sᵀ = scale · K Qᵀ and
+Oᵀ = alpha · Oᵀ + Vᵀ Pᵀ, and between them, while the panel's Sᵀ is still in L1, the
+online softmax runs down the columns with a 2-ulp polynomial exp, so a query's max and
+sum never need a horizontal reduction.  One algorithm text serves both SIMD paths, each
+with its own register plan: AVX-512 blocks of 8 keys (or value columns) x 48 queries
+(24 in float64) in 24 of the 32 zmm registers; AVX2 + FMA blocks of 4 x 24 (4 x 12)
+in the 16 ymm registers.
 OpenMP spreads (batch·head, query tile) pairs over the threads, heaviest causal tiles
 first, and the call runs without the GIL (cffi API mode).
 Decoding (at most 4 query rows per head) takes a split-KV path instead: each head's keys
 are cut into chunks, (head, chunk) tasks stream K and V once with SIMD along d and keep a
 partial (max, sum, accumulator) per row, merged per row at the end.  A call under 2e5
-flops runs on the calling thread without waking the OpenMP team.  The SIMD path is chosen at run
-time (``isa``/``use_isa``); a portable C path serves CPUs without AVX2 + FMA.
+flops runs on the calling thread without waking the OpenMP team.  The SIMD path is
+chosen at run time, the best the CPU has (``isa``/``use_isa``): AVX-512 (F, VL), then
+AVX2 + FMA, then a portable C path.
 
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
 float32 or float64 (accumulated in the same precision); B is batch and heads flattened.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
-extra memory O(threads · tile · (d + d_v)): one scratch block per thread per call,
-holding a query tile, its output accumulator and one query × key tile of scores.
+extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
+block per thread per call, holding a query tile, its output accumulator, the packed K
+and V tiles and one panel × key tile of scores.
 Causal: query i sees keys j <= i + (n_k - n_q); key tiles no row of a query tile can
 see are skipped, only tiles crossing the diagonal are masked.
 Sources: csrc/attention.h (interface), csrc/flash_driver_template.h (the algorithm),
-csrc/tile_ops_*_template.h (micro-kernels, instantiated
-per precision by csrc/tile_ops_*.c); built by csrc/build_attention.py.
+csrc/tile_ops_simd_template.h (the SIMD micro-kernels, instantiated per ISA and
+precision by csrc/tile_ops_{avx512,avx2}_{f32,f64}.c), csrc/tile_ops_generic_template.h
+(the portable path); built by csrc/build_attention.py.
 """
 import numpy as np
 
-from ._attention_c import ffi, lib
+from .api import ExtensionNotBuilt
 from .threads import budget
 
-_ISA_NAMES = ("auto", "avx2", "generic")
+try:
+    from ._attention_c import ffi, lib
+except ImportError as missing:  # not built, or built for another interpreter
+    raise ExtensionNotBuilt(missing) from missing
+
+_ISA_NAMES = ("auto", "avx512", "avx2", "generic")
 
 _FORWARD = {
     np.dtype(np.float32): (lib.attn_forward_f32, "float *"),
@@ -63,12 +74,13 @@ def run(q, k, v, out, causal, scale):
 
 
 def isa():
-    """The active SIMD path: "avx2-fma" or "generic"."""
+    """The active SIMD path: "avx512", "avx2-fma" or "generic"."""
     return ffi.string(lib.attn_active_isa()).decode()
 
 
 def use_isa(name):
-    """Select the SIMD path: "auto" (AVX2+FMA when the CPU has them), "avx2" or "generic"."""
+    """Select the SIMD path: "auto" (the best the CPU has: AVX-512, then AVX2+FMA, then
+    generic), "avx512", "avx2" or "generic"."""
     if name not in _ISA_NAMES:
         raise ValueError(f"unknown ISA {name!r}; expected one of {', '.join(_ISA_NAMES)}")
     if lib.attn_select_isa(name.encode()) != 0:

@@ -16,7 +16,7 @@ from kernels.harness import Case
 from kernels.reference import reference_attention
 from kernels.threads import thread_budget
 
-ISAS = ("avx2", "generic")
+ISAS = ("avx512", "avx2", "generic")
 HEADS = (3,)
 
 
@@ -52,9 +52,9 @@ def test_split_path_matches_the_reference(isa, case, dtype, n_threads):
     assert_passes(case, dtype, n_threads)
 
 
-# d and d_v: 1, odd, one short of and one past the 8 (float32) and 4 (float64) lane widths,
-# and past pv_row's 64-column (float32) and 32-column (float64) pass
-HEAD_DIMS = [(1, 1), (3, 5), (7, 9), (9, 7), (33, 65), (64, 33), (65, 129)]
+# d and d_v: 1, odd, one short of and one past the lane widths (AVX2: 8 float32, 4 float64;
+# AVX-512: 16 and 8), and past pv_row's pass over the columns (64 of them, float64 AVX2: 32)
+HEAD_DIMS = [(1, 1), (3, 5), (7, 9), (9, 7), (15, 17), (17, 15), (33, 65), (64, 33), (65, 129)]
 
 
 @pytest.mark.parametrize("n_threads", (1, 2))

@@ -1,0 +1,318 @@
+/* SIMD tile operations (layouts in tile_ops.h): one algorithm for every ISA, a template
+   without include guards, included once by each of tile_ops_avx2_f32.c, tile_ops_avx2_f64.c,
+   tile_ops_avx512_f32.c and tile_ops_avx512_f64.c. Each file first defines its vocabulary:
+     real, SUFFIX(name)     float, name##_f32  or  double, name##_f64
+     vec, LANES             the vector type and its lanes (__m256: 8, __m512d: 8, ...)
+     V(op)                  the intrinsic of op: load, store, loadu, storeu, setzero, set1,
+                            fmadd, fnmadd, mul, add, sub, max
+     V_BROADCAST(p)         *p in every lane
+     lane_mask              a per-lane condition: an all-ones vector (AVX2) or a __mmask (AVX-512)
+     lanes_seeing(visible, j)   the lanes q whose visible[q] > j
+     v_lt(a, b), v_eq(a, b)     the lanes where a < b, a == b (false for NaN)
+     v_zero_where(mask, x)      x, with 0 in the lanes of mask
+     v_fmadd_where(mask, a, b, acc)   acc + a·b in the lanes of mask, acc (untouched) elsewhere
+     v_mul_pow2(p, k, t, zero)   p · 2^k, for integral k also held as k + bias in t's low
+                            bits, and 0 in the lanes of mask zero (v_exp)
+     tail_mask, lanes_below(n)  the lanes c < n, for a row's last columns
+     v_load_first(p, m), v_store_first(p, m, x)   loads and stores of the lanes of tail mask m
+     v_hsum(x), v_hmax(x)   the sum and the max of the lanes
+     TARGET, INLINE_TARGET  the functions' target attributes
+   and its register plan, which the micro-kernels unroll completely at compile time:
+     PANEL_VECS             vectors per query panel
+     MICRO_KEYS, MICRO_COLS Sᵀ rows of one qk_micro call, Oᵀ rows of one pv_micro call: both
+                            hold MICRO_* × PANEL_VECS accumulators in registers, plus
+                            PANEL_VECS loaded operands and a broadcast one
+     ROW_KEYS, ROW_VECS     keys per qk_row step, vectors of value columns per pv_row pass
+     ISA_NAME, TILE_OPS     the ops' name and the name of the struct defined at the end */
+
+#include "tile_ops_exp.h"
+
+#define QUERY_PANEL (PANEL_VECS * LANES)
+#define UNROLL _Pragma("GCC unroll 16")
+
+_Static_assert(KEY_BLOCK % MICRO_KEYS == 0, "the driver rounds key counts to KEY_BLOCK, in whole qk_micro calls");
+_Static_assert(COL_BLOCK % MICRO_COLS == 0, "a packed block of COL_BLOCK value columns holds whole pv_micro calls");
+_Static_assert(ROW_KEY_PAD % LANES == 0, "online_softmax_row reads s in whole vectors");
+
+/* exp on every lane (constants and accuracy in tile_ops_exp.h). The result is 0 below the
+   underflow bound and at −inf; NaN gives NaN: p(NaN) is NaN, and only lanes where x < bound,
+   false for NaN, are cleared. */
+INLINE_TARGET vec v_exp(vec x)
+{
+    const vec round_biased = V(set1)(SUFFIX(exp_round_biased));
+    const vec t = V(fmadd)(x, V(set1)(SUFFIX(exp_log2e)), round_biased);
+    const vec k = V(sub)(t, round_biased);
+    vec r = V(fnmadd)(k, V(set1)(SUFFIX(exp_ln2_hi)), x);
+    r = V(fnmadd)(k, V(set1)(SUFFIX(exp_ln2_lo)), r);
+    vec p = V(set1)(SUFFIX(exp_poly)[0]);
+    UNROLL
+    for (int i = 1; i < (int)(sizeof SUFFIX(exp_poly) / sizeof SUFFIX(exp_poly)[0]); i++)
+        p = V(fmadd)(p, r, V(set1)(SUFFIX(exp_poly)[i]));
+    return v_mul_pow2(p, k, t, v_lt(x, V(set1)(SUFFIX(exp_underflow))));
+}
+
+/* Sᵀ (MICRO_KEYS, QUERY_PANEL) = scale · K (MICRO_KEYS keys, d) · Qᵀ panel (d, QUERY_PANEL),
+   with kp those keys in a packed block: column p of key i at kp[p · KEY_BLOCK + i];
+   per step PANEL_VECS loads, MICRO_KEYS broadcasts, MICRO_KEYS · PANEL_VECS FMAs */
+INLINE_TARGET void qk_micro(const real *kp, const real *qt, int64_t d, real scale, real *st)
+{
+    vec acc[MICRO_KEYS][PANEL_VECS];
+    UNROLL
+    for (int i = 0; i < MICRO_KEYS; i++)
+        UNROLL
+        for (int c = 0; c < PANEL_VECS; c++)
+            acc[i][c] = V(setzero)();
+    for (int64_t p = 0; p < d; p++) {
+        vec b[PANEL_VECS];
+        UNROLL
+        for (int c = 0; c < PANEL_VECS; c++)
+            b[c] = V(load)(qt + p * QUERY_PANEL + LANES * c);
+        UNROLL
+        for (int i = 0; i < MICRO_KEYS; i++) {
+            const vec a = V_BROADCAST(kp + p * KEY_BLOCK + i);
+            UNROLL
+            for (int c = 0; c < PANEL_VECS; c++)
+                acc[i][c] = V(fmadd)(a, b[c], acc[i][c]);
+        }
+    }
+    const vec vscale = V(set1)(scale);
+    UNROLL
+    for (int i = 0; i < MICRO_KEYS; i++)
+        UNROLL
+        for (int c = 0; c < PANEL_VECS; c++)
+            V(store)(st + i * QUERY_PANEL + LANES * c, V(mul)(vscale, acc[i][c]));
+}
+
+static TARGET void qk_tile(const real *kp, const int32_t *panel_keys, const real *qt,
+                           int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap)
+{
+    /* Panel outer: one Qᵀ panel (d × QUERY_PANEL) stays in L1 while the tile's keys stream past it. */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
+        for (int64_t j = 0; j < panel_keys[r0 / QUERY_PANEL]; j += MICRO_KEYS)
+            qk_micro(kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK, qt + r0 * d, d, scale,
+                     st + r0 * key_cap + j * QUERY_PANEL);
+}
+
+/* The online softmax of one panel of queries (see tile_ops.h). The PANEL_VECS vectors of a
+   key's row are loaded together and give that many independent exp computations. */
+INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha)
+{
+    vec m_old[PANEL_VECS], m_new[PANEL_VECS], m_ref[PANEL_VECS], sum[PANEL_VECS];
+    UNROLL
+    for (int c = 0; c < PANEL_VECS; c++)
+        m_old[c] = m_new[c] = V(load)(m + LANES * c);
+    /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
+    for (int64_t j = 0; j < keys; j++)
+        UNROLL
+        for (int c = 0; c < PANEL_VECS; c++)
+            m_new[c] = V(max)(V(load)(st + j * QUERY_PANEL + LANES * c), m_new[c]);
+    /* While a query has seen only −inf scores, measure from 0, so that its weights are
+       exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
+       in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
+    UNROLL
+    for (int c = 0; c < PANEL_VECS; c++) {
+        m_ref[c] = v_zero_where(v_eq(m_new[c], V(set1)(-INFINITY)), m_new[c]);
+        sum[c] = V(setzero)();
+    }
+    for (int64_t j = 0; j < keys; j++)
+        UNROLL
+        for (int c = 0; c < PANEL_VECS; c++) {
+            real *s = st + j * QUERY_PANEL + LANES * c;
+            const vec p = v_exp(V(sub)(V(load)(s), m_ref[c]));
+            V(store)(s, p);
+            sum[c] = V(add)(sum[c], p);
+        }
+    UNROLL
+    for (int c = 0; c < PANEL_VECS; c++) {
+        const vec a = v_exp(V(sub)(m_old[c], m_ref[c]));
+        V(store)(alpha + LANES * c, a);
+        V(store)(l + LANES * c, V(fmadd)(a, V(load)(l + LANES * c), sum[c]));
+        V(store)(m + LANES * c, m_new[c]);
+    }
+}
+
+static TARGET void online_softmax(real *st, int64_t key_cap, const int32_t *panel_keys,
+                                  int64_t rows_pad, real *m, real *l, real *alpha)
+{
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
+        online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0);
+}
+
+/* Oᵀ (MICRO_COLS, QUERY_PANEL) = alpha ⊙ Oᵀ + Vᵀ (MICRO_COLS columns, keys) · Pᵀ panel
+   (keys, QUERY_PANEL), with vp those value columns in a packed block: column i of key j at
+   vp[j · COL_BLOCK + i]. All the panel's queries see keys [0, shared); keys [shared, most)
+   only reach the lanes whose visible count exceeds them: there the product is masked, since
+   0 · NaN would be NaN. */
+INLINE_TARGET void pv_micro(const real *pt, const real *vp,
+                            const int32_t *visible, int64_t shared, int64_t most,
+                            const real *alpha, real *ot)
+{
+    vec acc[MICRO_COLS][PANEL_VECS];
+    UNROLL
+    for (int c = 0; c < PANEL_VECS; c++) {
+        const vec a = V(load)(alpha + LANES * c);
+        UNROLL
+        for (int i = 0; i < MICRO_COLS; i++)
+            acc[i][c] = V(mul)(a, V(load)(ot + i * QUERY_PANEL + LANES * c));
+    }
+    for (int64_t j = 0; j < shared; j++) {
+        vec p[PANEL_VECS];
+        UNROLL
+        for (int c = 0; c < PANEL_VECS; c++)
+            p[c] = V(load)(pt + j * QUERY_PANEL + LANES * c);
+        UNROLL
+        for (int i = 0; i < MICRO_COLS; i++) {
+            const vec b = V_BROADCAST(vp + j * COL_BLOCK + i);
+            UNROLL
+            for (int c = 0; c < PANEL_VECS; c++)
+                acc[i][c] = V(fmadd)(p[c], b, acc[i][c]);
+        }
+    }
+    for (int64_t j = shared; j < most; j++)
+        UNROLL
+        for (int c = 0; c < PANEL_VECS; c++) {
+            const lane_mask sees = lanes_seeing(visible + LANES * c, j);
+            const vec p = V(load)(pt + j * QUERY_PANEL + LANES * c);
+            UNROLL
+            for (int i = 0; i < MICRO_COLS; i++)
+                acc[i][c] = v_fmadd_where(sees, p, V_BROADCAST(vp + j * COL_BLOCK + i), acc[i][c]);
+        }
+    UNROLL
+    for (int i = 0; i < MICRO_COLS; i++)
+        UNROLL
+        for (int c = 0; c < PANEL_VECS; c++)
+            V(store)(ot + i * QUERY_PANEL + LANES * c, acc[i][c]);
+}
+
+static TARGET void pv_tile(const real *pt, int64_t key_cap, const int32_t *visible,
+                           const real *alpha, const real *vp, int64_t d_v, int64_t rows_pad,
+                           real *ot)
+{
+    const int64_t dv_pad = round_up(d_v, COL_BLOCK);
+    /* Panel outer: one Pᵀ panel (keys × QUERY_PANEL) stays in L1 while all value columns
+       stream past it. */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
+        int64_t shared = visible[r0], most = visible[r0];
+        for (int64_t r = r0 + 1; r < r0 + QUERY_PANEL; r++) {
+            shared = visible[r] < shared ? visible[r] : shared;
+            most = visible[r] > most ? visible[r] : most;
+        }
+        for (int64_t c = 0; c < d_v; c += MICRO_COLS)
+            pv_micro(pt + r0 * key_cap, vp + c / COL_BLOCK * key_cap * COL_BLOCK + c % COL_BLOCK,
+                     visible + r0, shared, most, alpha + r0, ot + r0 * dv_pad + c * QUERY_PANEL);
+    }
+}
+
+/* Row operations (split-KV path, tile_ops.h): SIMD lanes run along d, over one row. */
+
+/* s (keys) = scale · K (keys, d) · q (d), ROW_KEYS independent FMA chains; the last
+   d % LANES columns by masked loads */
+static TARGET void qk_row(const real *k, int64_t keys, int64_t d, const real *q, real scale,
+                          real *s)
+{
+    const int64_t full = d / LANES * LANES;
+    const tail_mask tail = lanes_below(d - full);
+    for (int64_t j = 0; j < keys; j += ROW_KEYS) {
+        /* past the last key, repeat it: those scores are computed but not stored */
+        const real *k_rows[ROW_KEYS];
+        vec acc[ROW_KEYS];
+        UNROLL
+        for (int i = 0; i < ROW_KEYS; i++) {
+            k_rows[i] = k + min_i64(j + i, keys - 1) * d;
+            acc[i] = V(setzero)();
+        }
+        for (int64_t c = 0; c < full; c += LANES) {
+            const vec x = V(loadu)(q + c);
+            UNROLL
+            for (int i = 0; i < ROW_KEYS; i++)
+                acc[i] = V(fmadd)(V(loadu)(k_rows[i] + c), x, acc[i]);
+        }
+        if (full < d) {
+            const vec x = v_load_first(q + full, tail);
+            UNROLL
+            for (int i = 0; i < ROW_KEYS; i++)
+                acc[i] = V(fmadd)(v_load_first(k_rows[i] + full, tail), x, acc[i]);
+        }
+        for (int i = 0; i < ROW_KEYS && j + i < keys; i++)
+            s[j + i] = scale * v_hsum(acc[i]);
+    }
+}
+
+/* online_softmax_panel for one row whose scores lie contiguous (s holds round_up(keys,
+   ROW_KEY_PAD) values: the padding is set to −inf, weight 0 and never the max) */
+static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
+{
+    const int64_t padded = round_up(keys, LANES);
+    for (int64_t j = keys; j < padded; j++)
+        s[j] = -INFINITY;
+    vec m_lanes = V(set1)(*m);
+    for (int64_t j = 0; j < padded; j += LANES)
+        m_lanes = V(max)(V(loadu)(s + j), m_lanes);   /* NaN never enters m */
+    const real m_new = v_hmax(m_lanes);
+    const real m_ref = m_new == -INFINITY ? 0 : m_new;   /* see online_softmax_panel */
+    const vec ref = V(set1)(m_ref);
+    vec sum = V(setzero)();
+    for (int64_t j = 0; j < padded; j += LANES) {
+        const vec p = v_exp(V(sub)(V(loadu)(s + j), ref));
+        V(storeu)(s + j, p);
+        sum = V(add)(sum, p);
+    }
+    real alpha[LANES];
+    V(storeu)(alpha, v_exp(V(set1)(*m - m_ref)));
+    *l = alpha[0] * *l + v_hsum(sum);
+    *m = m_new;
+    return alpha[0];
+}
+
+/* ROW_VECS vectors of acc from column c0: acc = alpha · acc + Σ_j p[j] · V row j. With full
+   (a constant after inlining) all the columns exist; otherwise those past d_v are masked. */
+INLINE_TARGET void pv_row_columns(const real *p, const real *v, int64_t keys, int64_t d_v,
+                                  real alpha, real *acc, int64_t c0, int full)
+{
+    tail_mask mask[ROW_VECS];
+    vec o[ROW_VECS];
+    const vec a = V(set1)(alpha);
+    UNROLL
+    for (int i = 0; i < ROW_VECS; i++) {
+        mask[i] = lanes_below(d_v - c0 - i * LANES);
+        const real *x = acc + c0 + i * LANES;
+        o[i] = V(mul)(a, full ? V(loadu)(x) : v_load_first(x, mask[i]));
+    }
+    for (int64_t j = 0; j < keys; j++) {
+        const vec b = V(set1)(p[j]);
+        UNROLL
+        for (int i = 0; i < ROW_VECS; i++) {
+            const real *x = v + j * d_v + c0 + i * LANES;
+            o[i] = V(fmadd)(b, full ? V(loadu)(x) : v_load_first(x, mask[i]), o[i]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < ROW_VECS; i++) {
+        if (full)
+            V(storeu)(acc + c0 + i * LANES, o[i]);
+        else
+            v_store_first(acc + c0 + i * LANES, mask[i], o[i]);
+    }
+}
+
+/* acc (d_v) = alpha · acc + Σ_j p[j] · V row j, ROW_VECS · LANES columns per pass over the keys */
+static TARGET void pv_row(const real *p, const real *v, int64_t keys, int64_t d_v, real alpha,
+                          real *acc)
+{
+    int64_t c0 = 0;
+    for (; c0 + ROW_VECS * LANES <= d_v; c0 += ROW_VECS * LANES)
+        pv_row_columns(p, v, keys, d_v, alpha, acc, c0, 1);
+    if (c0 < d_v)
+        pv_row_columns(p, v, keys, d_v, alpha, acc, c0, 0);
+}
+
+const struct SUFFIX(tile_ops) TILE_OPS = {
+    .isa = ISA_NAME,
+    .query_panel = QUERY_PANEL,
+    .qk_tile = qk_tile,
+    .online_softmax = online_softmax,
+    .pv_tile = pv_tile,
+    .qk_row = qk_row,
+    .online_softmax_row = online_softmax_row,
+    .pv_row = pv_row,
+};
