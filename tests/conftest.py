@@ -1,5 +1,5 @@
-"""What several test files share: the project's root, a test per registered kernel, the
-asv suite's modules imported as asv imports them, a check that a figure is a PNG, the
+"""What several test files share: the project's root, a test per registered kernel (and per
+SIMD path of c_tiled), the asv suite's modules imported as asv imports them, a check that a figure is a PNG, the
 optional model (a test that needs it skips, saying how to install it), and hypothesis's
 profiles."""
 import importlib
@@ -67,6 +67,19 @@ def skip_refused():
 def own_kernel_name(request):
     """Every rung of ours (not the external peers)."""
     return request.param
+
+
+@pytest.fixture(params=["avx512", "avx2", "generic"])
+def isa(request):
+    """Each SIMD path of c_tiled this CPU has, selected for the test (skips the others)."""
+    from kernels import c_tiled
+
+    try:
+        c_tiled.use_isa(request.param)
+    except ValueError:
+        pytest.skip(f"this CPU lacks {request.param}")
+    yield request.param
+    c_tiled.use_isa("auto")
 
 
 @pytest.fixture(scope="session")

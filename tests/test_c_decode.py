@@ -16,18 +16,7 @@ from kernels.harness import Case
 from kernels.reference import reference_attention
 from kernels.threads import thread_budget
 
-ISAS = ("avx512", "avx2", "generic")
 HEADS = (3,)
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    try:
-        c_tiled.use_isa(request.param)
-    except ValueError:
-        pytest.skip(f"this CPU lacks {request.param}")
-    yield request.param
-    c_tiled.use_isa("auto")
 
 
 def assert_passes(case, dtype, n_threads):

@@ -5,23 +5,12 @@ import pytest
 
 from kernels import c_tiled, harness
 
-
 ISAS = {"avx512": "avx512", "avx2": "avx2-fma", "generic": "generic"}   # name -> isa()
 
 
 def cpu_flags():
     with open("/proc/cpuinfo") as cpuinfo:
         return next(line for line in cpuinfo if line.startswith("flags")).split()
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    try:
-        c_tiled.use_isa(request.param)
-    except ValueError:
-        pytest.skip(f"this CPU lacks {request.param}")
-    yield request.param
-    c_tiled.use_isa("auto")
 
 
 @pytest.mark.parametrize("dtype", harness.DTYPES, ids=[np.dtype(d).name for d in harness.DTYPES])
