@@ -2,7 +2,7 @@
 
 Grids and fixed configurations come from ``kernels.bench_spec``, which the report
 reads too.  The thread budget (``ATTNBENCH_THREADS``, default: every CPU) is read once
-by ``kernels.threads`` and applies to BLAS, Numba and OpenMP alike; ``Machine``
+by ``kernels.threads`` and applies to BLAS and our thread pool alike; ``Machine``
 records it with the results.
 """
 import time

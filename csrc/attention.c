@@ -18,6 +18,7 @@
    earlier 2-core Zen 3 VM, AVX2 only, with the tile's whole Sᵀ stored between the steps,
    264 × 128 was best: 72 / 68 GFLOP/s float32, 30 / 30 float64.) */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,16 +47,6 @@
 #endif
 #define DECODE_KEY_BLOCK 64    /* keys per row step: 64 K rows of d = 64 floats fill half of L1 */
 #define DECODE_MIN_CHUNK 256   /* keys per task at least */
-
-/* A call below this many flops (2 · batch · n_q · n_k · (d + d_v)) runs on the calling thread:
-   waking the OpenMP team costs more than the second thread saves. Measured (one head,
-   d = d_v = 64, float32, medians of 500 calls, 1 thread vs always 2 on a shared 2-core VM):
-     n_q = 1:    n_k = 256 (6.6e4 flops) 4.2 vs 5.7 us,  n_k = 1024 (2.6e5) 12.1 vs 9.9 us
-     n_q = n_k:  32 (2.6e5) 14.3 vs 10.1 us,  64 (1.0e6) 30.3 vs 23.2 us
-   and a woken team on a busy machine can cost milliseconds (seen: 8 ms for n_k = 64). */
-#ifndef PARALLEL_MIN_FLOPS
-#define PARALLEL_MIN_FLOPS 2e5
-#endif
 
 #define CACHE_LINE 64
 
@@ -94,12 +85,6 @@ static struct shape make_shape(int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
 static int64_t visible_keys(const struct shape *sh, int64_t i)
 {
     return sh->causal ? clamp_i64(i + sh->causal_offset + 1, 0, sh->n_k) : sh->n_k;
-}
-
-/* whether 2 · batch · n_q · n_k · (d + d_v) flops are worth more than one thread */
-static int worth_threads(int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v)
-{
-    return 2.0 * batch * n_q * n_k * (double)(d + d_v) >= PARALLEL_MIN_FLOPS;
 }
 
 static const struct tile_ops_f32 *ops_f32 = &tile_ops_generic_f32;

@@ -21,4 +21,25 @@ int attn_forward_f64(const double *q, const double *k, const double *v, double *
 int attn_select_isa(const char *name);
 const char *attn_active_isa(void);   /* "avx512", "avx2-fma" or "generic" */
 
+/* attnbench's thread pool (pool.c), which c_tiled's tasks and numba_tiled's compiled tasks
+   both run on.  A task: context is its loop's, task its index in [0, n_tasks), worker the
+   index in [0, threads) of the thread running it: 0 is the caller, and no two threads run
+   tasks of one loop under the same index (so that it can pick per-thread scratch). */
+typedef void (*pool_task_fn)(void *context, int64_t task, int32_t worker);
+
+/* Runs task(context, t, worker) once for every t in [0, n_tasks) and returns when all have
+   run.  The calling thread claims tasks itself from the start; up to threads − 1 helper
+   threads are woken and claim tasks too once they are running.  The caller waits only for
+   tasks a helper has started, never for a helper that has not started one.  Every task runs
+   on the calling thread when threads <= 1 or while another loop holds the helpers (a
+   concurrent call from another thread, or a task that calls in again). */
+void pool_run(int64_t n_tasks, int32_t threads, pool_task_fn task, void *context);
+
+/* The threads worth using for a call of this many flops under a budget of `threads`: 1
+   below the size at which a helper's wake-up costs more than it saves. */
+int32_t pool_threads_for(int32_t threads, double flops);
+
+/* Helper threads started so far (they live as long as the process, sleeping when idle). */
+int32_t pool_helpers_started(void);
+
 #endif

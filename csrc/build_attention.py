@@ -22,6 +22,7 @@ MODULE_NAME = "kernels._attention_c"
 
 SOURCES = [
     "csrc/attention.c",
+    "csrc/pool.c",
     "csrc/tile_ops_generic.c",
     "csrc/tile_ops_avx2_f32.c",
     "csrc/tile_ops_avx2_f64.c",
@@ -30,6 +31,7 @@ SOURCES = [
 ]
 DEPENDS = [
     "csrc/attention.h",
+    "csrc/pool.h",
     "csrc/tile_ops.h",
     "csrc/flash_driver_template.h",
     "csrc/tile_ops_generic_template.h",
@@ -38,8 +40,8 @@ DEPENDS = [
 ]
 # IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no
 # -ffast-math/-Ofast; no -march=native either: the AVX2 and AVX-512 code is chosen at run time.
-COMPILE_ARGS = ["-O3", "-fopenmp", "-fno-math-errno", "-std=c11", "-Wall", "-Wextra"]
-LINK_ARGS = ["-fopenmp"]
+COMPILE_ARGS = ["-O3", "-pthread", "-fno-math-errno", "-std=c11", "-Wall", "-Wextra"]
+LINK_ARGS = ["-pthread"]
 
 
 def header_declarations(header_text):

@@ -261,42 +261,95 @@ static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t r, int64_t key_
         out_row[col] /= l;
 }
 
+/* One split-KV call: its (head, key chunk) tasks, then its (head, query row) merges. */
+struct SUFFIX(split_kv_loop) {
+    const struct SUFFIX(tile_ops) *ops;
+    const struct shape *sh;
+    real scale;
+    const real *q, *k, *v;
+    real *out, *partial;
+    int64_t key_chunk, chunks, chunk_stride, row_stride;
+};
+
+static void SUFFIX(key_chunk_task)(void *context, int64_t w, int32_t worker)
+{
+    (void)worker;
+    const struct SUFFIX(split_kv_loop) *loop = context;
+    const struct shape *sh = loop->sh;
+    const int64_t h = w / loop->chunks, j0 = w % loop->chunks * loop->key_chunk;
+    SUFFIX(attend_key_chunk)(loop->ops, sh, loop->scale, loop->q + h * sh->n_q * sh->d,
+                             loop->k + h * sh->n_k * sh->d, loop->v + h * sh->n_k * sh->d_v, j0,
+                             min_i64(sh->n_k, j0 + loop->key_chunk), loop->partial + w * loop->chunk_stride);
+}
+
+static void SUFFIX(merge_task)(void *context, int64_t w, int32_t worker)
+{
+    (void)worker;
+    const struct SUFFIX(split_kv_loop) *loop = context;
+    const int64_t h = w / loop->sh->n_q, r = w % loop->sh->n_q;
+    SUFFIX(merge_chunks)(loop->sh, r, loop->key_chunk,
+                         loop->partial + h * loop->chunks * loop->chunk_stride + r * loop->row_stride,
+                         loop->chunk_stride, loop->out + w * loop->sh->d_v);
+}
+
 /* The split-KV path for all heads: (head, key chunk) tasks, then (head, query row) merges.
    Chunks: about four tasks per thread over all heads (as for the query tiles below), none
    shorter than DECODE_MIN_CHUNK keys. Returns nonzero if the partials could not be allocated. */
 static int SUFFIX(attend_split_kv)(const struct SUFFIX(tile_ops) *ops, const struct shape *sh,
                                    real scale, const real *q, const real *k, const real *v,
-                                   real *out, int64_t batch, int64_t threads, int parallel)
+                                   real *out, int64_t batch, int32_t threads)
 {
-    const int64_t n_q = sh->n_q, n_k = sh->n_k, d = sh->d, d_v = sh->d_v;
     const int64_t chunks_per_head = ceil_div(4 * threads, batch);
-    const int64_t even_chunk = ceil_div(n_k, chunks_per_head);
+    const int64_t even_chunk = ceil_div(sh->n_k, chunks_per_head);
     const int64_t key_chunk = round_up(even_chunk > DECODE_MIN_CHUNK ? even_chunk : DECODE_MIN_CHUNK,
                                        DECODE_KEY_BLOCK);
-    const int64_t chunks = ceil_div(n_k, key_chunk);
-    const int64_t row_stride = d_v + PARTIAL_ACC, chunk_stride = n_q * row_stride;
+    const int64_t chunks = ceil_div(sh->n_k, key_chunk);
+    const int64_t row_stride = sh->d_v + PARTIAL_ACC, chunk_stride = sh->n_q * row_stride;
     real *partial = malloc((size_t)(batch * chunks * chunk_stride) * sizeof(real));
     if (!partial)
         return 1;
-
-    #pragma omp parallel num_threads(threads) if(parallel)
-    {
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < batch * chunks; w++) {
-            const int64_t h = w / chunks, j0 = w % chunks * key_chunk;
-            SUFFIX(attend_key_chunk)(ops, sh, scale, q + h * n_q * d, k + h * n_k * d,
-                                     v + h * n_k * d_v, j0, min_i64(n_k, j0 + key_chunk),
-                                     partial + w * chunk_stride);
-        }
-        #pragma omp for
-        for (int64_t w = 0; w < batch * n_q; w++) {
-            const int64_t h = w / n_q, r = w % n_q;
-            SUFFIX(merge_chunks)(sh, r, key_chunk, partial + h * chunks * chunk_stride + r * row_stride,
-                                 chunk_stride, out + w * d_v);
-        }
-    }
+    struct SUFFIX(split_kv_loop) loop = {
+        .ops = ops, .sh = sh, .scale = scale, .q = q, .k = k, .v = v, .out = out,
+        .partial = partial, .key_chunk = key_chunk, .chunks = chunks,
+        .chunk_stride = chunk_stride, .row_stride = row_stride,
+    };
+    pool_run(batch * chunks, threads, SUFFIX(key_chunk_task), &loop);
+    pool_run(batch * sh->n_q, pool_threads_for(threads, 4.0 * batch * sh->n_q * chunks * sh->d_v),
+             SUFFIX(merge_task), &loop);
     free(partial);
     return 0;
+}
+
+/* One call of the query-tile path: its (head, query tile) tasks, heaviest first. */
+struct SUFFIX(tile_loop) {
+    const struct SUFFIX(tile_ops) *ops;
+    const struct shape *sh;
+    real scale;
+    const real *q, *k, *v;
+    real *out;
+    int64_t batch, tiles, query_tile;
+    struct SUFFIX(scratch) *scratch;   /* one per worker, allocated on its first task */
+    atomic_int failed;
+};
+
+static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
+{
+    struct SUFFIX(tile_loop) *loop = context;
+    const struct shape *sh = loop->sh;
+    struct SUFFIX(scratch) *sc = &loop->scratch[worker];
+    if (!sc->block)
+        SUFFIX(scratch_alloc)(sc, sh, loop->ops);
+    if (!sc->block) {
+        atomic_store(&loop->failed, 1);
+        return;
+    }
+    /* Heaviest work first: under the causal mask a head's last query tiles see the most keys. */
+    const int64_t tile = loop->tiles - 1 - w / loop->batch, h = w % loop->batch;
+    const int64_t i0 = sh->first_row + tile * loop->query_tile;
+    SUFFIX(attend_query_tile)(loop->ops, sh, loop->scale, loop->q + h * sh->n_q * sh->d,
+                              loop->k + h * sh->n_k * sh->d, loop->v + h * sh->n_k * sh->d_v,
+                              loop->out + h * sh->n_q * sh->d_v, i0,
+                              min_i64(loop->query_tile, sh->n_q - i0), sc);
 }
 
 int SUFFIX(attn_forward)(const real *q, const real *k, const real *v, real *out,
@@ -305,11 +358,11 @@ int SUFFIX(attn_forward)(const real *q, const real *k, const real *v, real *out,
 {
     const struct SUFFIX(tile_ops) *ops = ACTIVE_OPS;
     const struct shape sh = make_shape(n_q, n_k, d, d_v, causal);
-    const int64_t threads = n_threads > 0 ? n_threads : 1;
-    const int parallel = worth_threads(batch, n_q, n_k, d, d_v);
+    /* 2 · batch · n_q · n_k · (d + d_v) flops, causal or not */
+    const int32_t threads = pool_threads_for(n_threads, 2.0 * batch * n_q * n_k * (double)(d + d_v));
 
     if (n_q <= DECODE_MAX_QUERIES)
-        return SUFFIX(attend_split_kv)(ops, &sh, scale, q, k, v, out, batch, threads, parallel);
+        return SUFFIX(attend_split_kv)(ops, &sh, scale, q, k, v, out, batch, threads);
 
     /* Causal with n_q > n_k: the first rows see no key at all. */
     for (int64_t h = 0; h < batch; h++)
@@ -323,30 +376,18 @@ int SUFFIX(attn_forward)(const real *q, const real *k, const real *v, real *out,
     const int64_t tiles_per_head = ceil_div(4 * threads, batch);
     const int64_t query_tile = clamp_i64(round_up(ceil_div(rows, tiles_per_head), ops->query_panel),
                                          ops->query_panel, QUERY_TILE);
-    const int64_t tiles = ceil_div(rows, query_tile);
-    const int64_t work = batch * tiles;
-    int failed = 0;
-
-    #pragma omp parallel num_threads(threads) if(parallel) reduction(|:failed)
-    {
-        struct SUFFIX(scratch) sc;
-        SUFFIX(scratch_alloc)(&sc, &sh, ops);
-        failed = sc.block == NULL;
-
-        /* Heaviest work first: under the causal mask a head's last query tiles see the most keys. */
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < work; w++) {
-            if (failed)
-                continue;
-            const int64_t tile = tiles - 1 - w / batch, h = w % batch;
-            const int64_t i0 = sh.first_row + tile * query_tile;
-            SUFFIX(attend_query_tile)(ops, &sh, scale, q + h * n_q * d, k + h * n_k * d,
-                                      v + h * n_k * d_v, out + h * n_q * d_v,
-                                      i0, min_i64(query_tile, n_q - i0), &sc);
-        }
-        free(sc.block);
-    }
-    return failed;
+    struct SUFFIX(tile_loop) loop = {
+        .ops = ops, .sh = &sh, .scale = scale, .q = q, .k = k, .v = v, .out = out,
+        .batch = batch, .tiles = ceil_div(rows, query_tile), .query_tile = query_tile,
+        .scratch = calloc((size_t)threads, sizeof(struct SUFFIX(scratch))),
+    };
+    if (!loop.scratch)
+        return 1;
+    pool_run(batch * loop.tiles, threads, SUFFIX(query_tile_task), &loop);
+    for (int32_t t = 0; t < threads; t++)
+        free(loop.scratch[t].block);
+    free(loop.scratch);
+    return atomic_load(&loop.failed);
 }
 
 #undef PARTIAL_M

@@ -6,7 +6,7 @@
 
 Rungs: ``naive`` (pure Python, the algorithm definition), ``numpy`` (vectorised,
 n×n scores), ``numba_tiled`` (compiled, tiled online softmax), ``c_tiled`` (C SIMD
-micro-kernels + OpenMP).  External peers, registered when installed (``make peers``):
+micro-kernels); both tiled rungs share one thread pool (``kernels.threads``).  External peers, registered when installed (``make peers``):
 ``torch_sdpa``, ``onnxruntime_attention``, ``openvino_sdpa``, ``jax_attention``.
 
 Built on them (``kernels.layers``): ``multi_head_attention``, ``attention_weights`` and

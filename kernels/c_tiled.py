@@ -1,4 +1,4 @@
-"""c_tiled: the tiled online-softmax attention in C, with SIMD micro-kernels and OpenMP.
+"""c_tiled: the tiled online-softmax attention in C, with SIMD micro-kernels, on our thread pool.
 
 The idea it adds over the ``numba_tiled`` rung: the same algorithm (query tiles walk
 over key tiles keeping the running row maximum m, sum l and a rescaled accumulator O;
@@ -13,12 +13,15 @@ sum never need a horizontal reduction.  One algorithm text serves both SIMD path
 with its own register plan: AVX-512 blocks of 8 keys (or value columns) x 48 queries
 (24 in float64) in 24 of the 32 zmm registers; AVX2 + FMA blocks of 4 x 24 (4 x 12)
 in the 16 ymm registers.
-OpenMP spreads (batch·head, query tile) pairs over the threads, heaviest causal tiles
-first, and the call runs without the GIL (cffi API mode).
+The (batch·head, query tile) pairs are the tasks of the project's thread pool
+(csrc/pool.c, described in ``kernels.threads``): the calling thread claims them from the
+start, heaviest causal tiles first, and helper threads join when they are awake, so a
+call never waits for a thread that has not started; it runs without the GIL (cffi API
+mode).
 Decoding (at most 4 query rows per head) takes a split-KV path instead: each head's keys
 are cut into chunks, (head, chunk) tasks stream K and V once with SIMD along d and keep a
 partial (max, sum, accumulator) per row, merged per row at the end.  A call under 2e5
-flops runs on the calling thread without waking the OpenMP team.  The SIMD path is
+flops runs on the calling thread without waking a helper.  The SIMD path is
 chosen at run time, the best the CPU has (``isa``/``use_isa``): AVX-512 (F, VL), then
 AVX2 + FMA, then a portable C path.
 
@@ -31,6 +34,7 @@ and V tiles and one panel × key tile of scores.
 Causal: query i sees keys j <= i + (n_k - n_q); key tiles no row of a query tile can
 see are skipped, only tiles crossing the diagonal are masked.
 Sources: csrc/attention.h (interface), csrc/flash_driver_template.h (the algorithm),
+csrc/pool.c (the thread pool),
 csrc/tile_ops_simd_template.h (the SIMD micro-kernels, instantiated per ISA and
 precision by csrc/tile_ops_{avx512,avx2}_{f32,f64}.c), csrc/tile_ops_generic_template.h
 (the portable path); built by csrc/build_attention.py.

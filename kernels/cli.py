@@ -215,7 +215,7 @@ def main(argv=None):
 def _parser():
     parser = _Parser(prog="attnbench", description=__doc__)
     parser.add_argument("--threads", type=_positive_int,
-                        help="thread budget for BLAS, Numba and OpenMP (default: ATTNBENCH_THREADS, "
+                        help="thread budget for BLAS and our thread pool (default: ATTNBENCH_THREADS, "
                              "else OMP_NUM_THREADS, else every CPU)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the registered kernels").set_defaults(func=cmd_list)

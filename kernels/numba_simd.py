@@ -25,6 +25,8 @@ supplies them and what they are built on:
 - ``aligned_empty(rows, cols, dtype)``: np.empty whose data starts on a VECTOR_BYTES
   boundary (Numba aligns to 32 bytes, so half the 64-byte loads would straddle two
   cache lines).
+- ``address_as_voidptr(address)``: an integer address as a pointer, so that compiled
+  code can view an array it was given by address (``numba.carray``).
 - The shape of a register block (VECTOR_BYTES, BLOCK_ROWS, BLOCK_VECTORS) and the
   option sets for ``@njit`` and ``@overload`` (FASTMATH, OVERLOAD_OPTIONS,
   JIT_OPTIONS, INTERNAL), shared by every kernel built on these pieces.
@@ -272,3 +274,15 @@ def _aligned_empty_overload(rows, cols, dtype):
         return buffer[skip : skip + rows * cols].reshape((rows, cols))
 
     return aligned_empty_impl
+
+
+@intrinsic
+def address_as_voidptr(typingctx, address):
+    """The integer ``address`` as a void pointer, for ``numba.carray(pointer, shape,
+    dtype)`` to view the memory of an array whose address came in a record (a parallel
+    task of the thread pool gets its call's arrays that way).  Cost: none."""
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+    return types.voidptr(address), codegen

@@ -12,8 +12,11 @@ weighted values (flash-attention style):
     O = alpha · O + P V_tile                                      (pv_tile)
     out = O / l                                                   after the last key tile
 
-One ``prange`` runs over every (batch·head, query tile) pair, so both cores share
-the work even for a single head.  What makes it fast on a CPU without SVML:
+Every (batch·head, query tile) pair is one task of the project's thread pool (the one
+c_tiled runs on, ``kernels.threads``), so both cores share the work even for a single
+head: each task is compiled as a C callback (``compiled_tasks``, a Numba ``cfunc``)
+that the pool's threads call, the calling thread first.  What makes it fast on a CPU
+without SVML:
 
 - the tiles are stored transposed, one query per column (Qᵀ, Sᵀ = Pᵀ, Oᵀ), so that
   all three steps are vectorised across queries and K is read in place (V through
@@ -35,44 +38,44 @@ the work even for a single head.  What makes it fast on a CPU without SVML:
   64-byte boundaries (``aligned_empty``).  Against the 32-byte build with 4 x 3
   blocks, 1.45x (float32) and 1.6x (float64) faster on a 2-core Xeon (Emerald
   Rapids), 8 heads, n = 4096, d = 64;
-- no NumPy/BLAS call inside the parallel loop: OpenBLAS would start its own
-  threads inside Numba's and warn that the program may hang.
+- no NumPy/BLAS call inside a task: OpenBLAS would start its own threads inside the
+  pool's.
 
 ``register_block``, ``fma_vector``, ``exp2``, ``prefer_wide_vectors``, ``aligned_empty``,
 the register-block shape (chosen for the CPU at import) and the JIT option sets come
 from ``numba_simd``, which explains how they work.
 
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
-float32 or float64; B is batch and heads flattened.
+float32 or float64; B is batch and heads flattened.  A call under the pool's size for
+threads (``threads.threads_for``) runs on the calling thread alone.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
 extra memory O(threads · TILE_Q · (TILE_K + d + d_v)), independent of n: per-task
 scratch tiles only.
 Causal: query i sees keys j <= i + (n_k - n_q).  Key tiles a query tile cannot see
 are skipped; on a tile crossing the diagonal a key a query does not see gets the
 score -inf and stays out of that query's P V, so that not even 0 · NaN reaches it.
-Query tiles are interleaved light/heavy across tasks.
+Tasks are handed out heaviest first (``task_order``).
 
 Decoding (up to SPLIT_KV_MAX_ROWS = 4 queries per head, e.g. one new token against a
 KV cache) takes a split-KV path instead ("flash decoding"): a query tile would pad one
-query to a whole panel, and B tasks could not use the threads.  One ``prange`` runs
+query to a whole panel, and B tasks could not use the threads.  One loop of tasks runs
 over (head, chunk of SPLIT_KV_CHUNK keys); each task reads its keys and values once
 for all the head's queries and leaves a partial (m, l, acc) per query, which a second
-``prange`` over (head, query) merges.  Time O(B · n_q · n_k · (d + d_v)) with plain
+loop over (head, query) merges.  Time O(B · n_q · n_k · (d + d_v)) with plain
 vectorised dot products (memory-bound); extra memory O(B · n_k / SPLIT_KV_CHUNK ·
 n_q · d_v) partials.  Same NaN/Inf and causal semantics as the tiled path.
 """
+import functools
 import math
-import threading
 
-import numba
 import numpy as np
-from numba import njit, prange
+from numba import carray, cfunc, njit, types
 
 from .numba_simd import (
-    BLOCK_ROWS, BLOCK_VECTORS, INTERNAL, JIT_OPTIONS, aligned_empty, exp2, fma_vector, panel_width,
-    prefer_wide_vectors, register_block,
+    BLOCK_ROWS, BLOCK_VECTORS, INTERNAL, JIT_OPTIONS, address_as_voidptr, aligned_empty, exp2,
+    fma_vector, panel_width, prefer_wide_vectors, register_block,
 )
-from .threads import budget
+from .threads import parallel_for, threads_for
 
 # Query rows per parallel task: a multiple of every panel (AVX-512: 48 float32, 24 float64
 # queries; AVX2: 24, 12).  Its Qᵀ, Sᵀ and Oᵀ tiles (24 KB each at d = 64, float32) and a
@@ -84,12 +87,6 @@ LOG2_E = 1.0 / math.log(2.0)
 # and leave the threads idle, so up to this many queries per head split the keys instead.
 SPLIT_KV_MAX_ROWS = 4
 SPLIT_KV_CHUNK = 256  # keys per split-KV task
-# Numba's threading layers that take parallel launches from several Python threads at
-# once.  The built-in "workqueue" (the one layer every install has) does not: concurrent
-# launches make it abort the whole process, so under it (or any layer not listed) calls
-# take turns through _SERIAL_LAUNCH.
-THREADSAFE_LAYERS = frozenset({"omp", "tbb"})
-_SERIAL_LAUNCH = threading.Lock()
 
 
 @njit(**INTERNAL)
@@ -219,15 +216,12 @@ def pv_tile(pt, v_tile, visible, alpha, ot):
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
-def task_order(task, n_heads, n_query_tiles, causal):
-    """(head, query tile) of a flattened parallel task.  Causal tiles grow with the
-    query index, so consecutive tasks pair a light tile with a heavy one and every
-    contiguous chunk of the prange gets about the same amount of work."""
-    head = task // n_query_tiles
-    tile = task % n_query_tiles
-    if causal:
-        tile = tile // 2 if tile % 2 == 0 else n_query_tiles - 1 - tile // 2
-    return head, tile
+def task_order(task, n_heads, n_query_tiles):
+    """(head, query tile) of a parallel task, heaviest first: the pool hands tasks out in
+    index order, and under the causal mask a head's last query tiles see the most keys,
+    so the tasks left for the end, when a thread that claims one may be the one the call
+    waits for, are the lightest."""
+    return task % n_heads, n_query_tiles - 1 - task // n_heads
 
 
 @njit(**INTERNAL)
@@ -287,25 +281,6 @@ def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale):
         inv_l = 1 / l[r] if sees_a_key else dtype.type(0.0)
         for c in range(d_v):
             out[i0 + r, c] = ot[c, r] * inv_l
-
-
-@njit(parallel=True, **JIT_OPTIONS)
-def attention(q, k, v, out, causal, scale):
-    """out = softmax(scale · q kᵀ) v; q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v),
-    out (B, n_q, d_v).  One parallel task per (head, query tile)."""
-    n_heads, n_q = q.shape[0], q.shape[1]
-    n_k = k.shape[1]
-    offset = n_k - n_q if causal else n_k  # query i sees keys j < i + 1 + offset
-    n_query_tiles = (n_q + TILE_Q - 1) // TILE_Q
-    # The running max is taken over unscaled scores, so the sign of the scale moves
-    # (exactly) into q: -1, or 0 for scale = 0, which makes every score 0 (NaN where
-    # an input is not finite) while log2_scale stays positive, so that a masked
-    # score (-inf) still weighs exp(-inf) = 0 rather than exp(-inf · 0) = NaN.
-    q_factor = q.dtype.type(np.sign(scale))
-    log2_scale = q.dtype.type(abs(scale) * LOG2_E if scale != 0 else 1.0)
-    for task in prange(n_heads * n_query_tiles):
-        head, tile = task_order(task, n_heads, n_query_tiles, causal)
-        attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, offset, q_factor, log2_scale)
 
 
 @njit(**INTERNAL)
@@ -378,66 +353,128 @@ def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc):
                 acc_row[c] += p * v_row[c]
 
 
-@njit(parallel=True, **JIT_OPTIONS)
-def split_kv_attention(q, k, v, out, causal, scale):
-    """attention() for a few queries (decoding): the same result, with the parallel
-    tasks over (head, chunk of SPLIT_KV_CHUNK keys) instead of (head, query tile).
-
-    Each task leaves the partial (m_c, l_c, acc_c) of its chunk (attend_key_chunk);
-    a second parallel loop merges them per (head, query):
+@njit(**INTERNAL)
+def merge_chunks(stats, acc, out_row, visible, log2_scale):
+    """out_row (d_v) of one query from the partials of its head's chunks, stats
+    (n_chunks, 2) and acc (n_chunks, d_v) (attend_key_chunk):
         m = max m_c,  f_c = 2**((m_c - m) · log2_scale),
         out = (Σ f_c · acc_c) / (Σ f_c · l_c).
-    Extra memory: B · n_chunks · n_q · (d_v + 2) partials.
-    """
-    n_heads, n_q = q.shape[0], q.shape[1]
-    n_k, d_v = v.shape[1], v.shape[2]
-    dtype = q.dtype
-    offset = n_k - n_q if causal else n_k  # query i sees keys j < i + 1 + offset
-    q_factor = dtype.type(np.sign(scale))  # as in attention()
-    log2_scale = dtype.type(abs(scale) * LOG2_E if scale != 0 else 1.0)
-    n_chunks = (n_k + SPLIT_KV_CHUNK - 1) // SPLIT_KV_CHUNK
-    stats = np.empty((n_heads, n_chunks, n_q, 2), dtype)
-    acc = np.empty((n_heads, n_chunks, n_q, d_v), dtype)
-    for task in prange(n_heads * n_chunks):
-        head, chunk = task // n_chunks, task % n_chunks
-        j0 = chunk * SPLIT_KV_CHUNK
-        attend_key_chunk(q[head], k[head], v[head], j0, min(n_k, j0 + SPLIT_KV_CHUNK), offset,
-                         q_factor, log2_scale, stats[head, chunk], acc[head, chunk])
+    visible: whether the query sees any key."""
+    dtype = out_row.dtype
     neg_inf = dtype.type(-np.inf)
     zero = dtype.type(0.0)
-    for task in prange(n_heads * n_q):
-        head, r = task // n_q, task % n_q
-        out_row = out[head, r]
-        m = neg_inf
-        for chunk in range(n_chunks):
-            m = max(m, stats[head, chunk, r, 0])  # never NaN: see attend_key_chunk
-        # m = -inf: every chunk's m_c is -inf too and f_c = 0, not exp(-inf + inf) = NaN
-        shift = zero if m == neg_inf else m
-        l = zero
-        out_row[:] = 0
-        for chunk in range(n_chunks):
-            factor = exp2((stats[head, chunk, r, 0] - shift) * log2_scale)
-            l += factor * stats[head, chunk, r, 1]
-            acc_row = acc[head, chunk, r]
-            for c in range(d_v):
-                out_row[c] += factor * acc_row[c]
-        # as attend_query_tile: no key seen gives zeros; scores all -inf give l = 0,
-        # so 0 · (1 / 0) = NaN, as the reference does
-        inv_l = 1 / l if r + 1 + offset > 0 else zero
+    n_chunks, d_v = acc.shape
+    m = neg_inf
+    for chunk in range(n_chunks):
+        m = max(m, stats[chunk, 0])  # never NaN: see attend_key_chunk
+    # m = -inf: every chunk's m_c is -inf too and f_c = 0, not exp(-inf + inf) = NaN
+    shift = zero if m == neg_inf else m
+    l = zero
+    out_row[:] = 0
+    for chunk in range(n_chunks):
+        factor = exp2((stats[chunk, 0] - shift) * log2_scale)
+        l += factor * stats[chunk, 1]
         for c in range(d_v):
-            out_row[c] *= inv_l
+            out_row[c] += factor * acc[chunk, c]
+    # as attend_query_tile: no key seen gives zeros; scores all -inf give l = 0,
+    # so 0 · (1 / 0) = NaN, as the reference does
+    inv_l = 1 / l if visible else zero
+    for c in range(d_v):
+        out_row[c] *= inv_l
+
+
+# What a parallel task needs of its call: the arrays' addresses and shapes and the
+# call's constants, filled by run() and read by the compiled tasks.
+CALL = np.dtype([
+    ("q", np.intp), ("k", np.intp), ("v", np.intp), ("out", np.intp),
+    ("stats", np.intp), ("acc", np.intp),
+    ("heads", np.int64), ("n_q", np.int64), ("n_k", np.int64), ("d", np.int64), ("d_v", np.int64),
+    ("n_query_tiles", np.int64), ("n_chunks", np.int64), ("causal", np.bool_),
+    ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
+])
+TASK = types.void(types.voidptr, types.int64, types.int32)  # the pool's pool_task_fn
+
+
+@functools.cache
+def compiled_tasks(dtype):
+    """The three parallel tasks for one dtype, compiled as C callbacks the pool calls:
+
+        query_tile(call, task, worker)   attention for one (head, query tile) pair
+        key_chunk(call, task, worker)    split-KV: one (head, chunk of SPLIT_KV_CHUNK
+                                         keys), its partials into stats and acc
+        merge(call, task, worker)        split-KV: one (head, query) merged from them
+
+    ``call`` points to one CALL record.  No task allocates more than its tile."""
+    real = np.dtype(dtype).type
+
+    @njit(inline="always", **JIT_OPTIONS)
+    def arrays(call):
+        q = carray(address_as_voidptr(call.q), (call.heads, call.n_q, call.d), real)
+        k = carray(address_as_voidptr(call.k), (call.heads, call.n_k, call.d), real)
+        v = carray(address_as_voidptr(call.v), (call.heads, call.n_k, call.d_v), real)
+        out = carray(address_as_voidptr(call.out), (call.heads, call.n_q, call.d_v), real)
+        return q, k, v, out
+
+    @cfunc(TASK, **JIT_OPTIONS)
+    def query_tile(call_address, task, worker):
+        call = carray(call_address, 1, CALL)[0]
+        q, k, v, out = arrays(call)
+        head, tile = task_order(task, call.heads, call.n_query_tiles)
+        attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, call.offset,
+                          real(call.q_factor), real(call.log2_scale))
+
+    @cfunc(TASK, **JIT_OPTIONS)
+    def key_chunk(call_address, task, worker):
+        call = carray(call_address, 1, CALL)[0]
+        q, k, v, _ = arrays(call)
+        stats = carray(address_as_voidptr(call.stats), (call.heads, call.n_chunks, call.n_q, 2), real)
+        acc = carray(address_as_voidptr(call.acc), (call.heads, call.n_chunks, call.n_q, call.d_v), real)
+        head, chunk = task // call.n_chunks, task % call.n_chunks
+        j0 = chunk * SPLIT_KV_CHUNK
+        attend_key_chunk(q[head], k[head], v[head], j0, min(call.n_k, j0 + SPLIT_KV_CHUNK), call.offset,
+                         real(call.q_factor), real(call.log2_scale), stats[head, chunk], acc[head, chunk])
+
+    @cfunc(TASK, **JIT_OPTIONS)
+    def merge(call_address, task, worker):
+        call = carray(call_address, 1, CALL)[0]
+        _, _, _, out = arrays(call)
+        stats = carray(address_as_voidptr(call.stats), (call.heads, call.n_chunks, call.n_q, 2), real)
+        acc = carray(address_as_voidptr(call.acc), (call.heads, call.n_chunks, call.n_q, call.d_v), real)
+        head, r = task // call.n_q, task % call.n_q
+        merge_chunks(stats[head, :, r], acc[head, :, r], out[head, r], r + 1 + call.offset > 0,
+                     real(call.log2_scale))
+
+    return query_tile, key_chunk, merge
 
 
 def run(q, k, v, out, causal, scale):
     """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), out (B, n_q, d_v): C-contiguous,
     same dtype (float32 or float64), already validated.  Writes every element of out.
     Up to SPLIT_KV_MAX_ROWS queries per head (decoding) take the split-KV path."""
-    # set_num_threads launches the threading layer (so it is known below); the count
-    # is the calling thread's own, so callers on other threads keep theirs
-    numba.set_num_threads(min(budget(), numba.config.NUMBA_NUM_THREADS))
-    kernel = split_kv_attention if q.shape[1] <= SPLIT_KV_MAX_ROWS else attention
-    if numba.threading_layer() in THREADSAFE_LAYERS:
-        kernel(q, k, v, out, bool(causal), float(scale))
-    else:
-        with _SERIAL_LAUNCH:
-            kernel(q, k, v, out, bool(causal), float(scale))
+    query_tile, key_chunk, merge = compiled_tasks(q.dtype)
+    heads, n_q, d = q.shape
+    n_k, d_v = v.shape[1], v.shape[2]
+    call = np.zeros(1, CALL)
+    call["q"], call["k"], call["v"], call["out"] = (a.ctypes.data for a in (q, k, v, out))
+    call["heads"], call["n_q"], call["n_k"], call["d"], call["d_v"] = heads, n_q, n_k, d, d_v
+    call["causal"] = causal
+    call["offset"] = n_k - n_q if causal else n_k  # query i sees keys j < i + 1 + offset
+    # The running max is taken over unscaled scores, so the sign of the scale moves
+    # (exactly) into q: -1, or 0 for scale = 0, which makes every score 0 (NaN where
+    # an input is not finite) while log2_scale stays positive, so that a masked
+    # score (-inf) still weighs exp(-inf) = 0 rather than exp(-inf · 0) = NaN.
+    call["q_factor"] = np.sign(scale)
+    call["log2_scale"] = abs(scale) * LOG2_E if scale != 0 else 1.0
+    threads = threads_for(2.0 * heads * n_q * n_k * (d + d_v))
+    if n_q > SPLIT_KV_MAX_ROWS:
+        n_query_tiles = call["n_query_tiles"] = -(-n_q // TILE_Q)
+        parallel_for(heads * n_query_tiles, threads, query_tile, call)
+        return
+    # Decoding: (head, chunk) tasks leave partials (extra memory B · n_chunks · n_q ·
+    # (d_v + 2)), merged per (head, query) by a second loop.
+    n_chunks = call["n_chunks"] = -(-n_k // SPLIT_KV_CHUNK)
+    stats = np.empty((heads, n_chunks, n_q, 2), q.dtype)
+    acc = np.empty((heads, n_chunks, n_q, d_v), q.dtype)
+    call["stats"], call["acc"] = stats.ctypes.data, acc.ctypes.data
+    parallel_for(heads * n_chunks, threads, key_chunk, call)
+    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge, call)

@@ -91,13 +91,13 @@ def _build():
         ),
         Kernel(
             "numba_tiled",
-            "Numba JIT: query × key tiles, online softmax, prange over heads × tiles",
+            "Numba JIT: query × key tiles, online softmax, heads × tiles on our thread pool",
             "O(n·d)",
             "kernels.numba_tiled",
         ),
         Kernel(
             "c_tiled",
-            "C via cffi: SIMD micro-kernels, online softmax, OpenMP, GIL released",
+            "C via cffi: SIMD micro-kernels, online softmax, our thread pool, GIL released",
             "O(n·d)",
             "kernels.c_tiled",
         ),

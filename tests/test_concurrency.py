@@ -1,15 +1,14 @@
 """Every kernel called from several Python threads at once, while another thread changes the
 thread budget: each result is held to the harness's reference and budget, and the process
-never aborts or hangs, whatever Numba threading layer runs numba_tiled.
+never aborts or hangs.  Our tiled rungs share one thread pool (kernels.threads): calls that
+find its helpers taken run on their own thread, and this is where that is exercised.
 
-The calls run in a child process (this file run as a script), so that an abort (Numba's
-"workqueue" layer terminates the process when two threads launch parallel work at once)
+The calls run in a child process (this file run as a script), so that an abort or a hang
 fails a test instead of killing pytest.  The child prints one JSON line: what ran, what
 failed.
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -24,14 +23,13 @@ CALLS_PER_KERNEL = 6  # per thread: the threads take the kernels one after anoth
 CHILD_TIMEOUT = 300  # seconds: a child still running then has hung
 
 
-def run_child(kernel_names, env=None):
+def run_child(kernel_names):
     """Run this file as a script over ``kernel_names``; its JSON report (or a failure that
     says how the child ended)."""
     command = [sys.executable, __file__, "--kernels", ",".join(kernel_names),
                "--threads", str(CALLER_THREADS), "--calls", str(CALLS_PER_KERNEL)]
     try:
-        child = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
-                               env={**os.environ, **(env or {})})
+        child = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the child calling {kernel_names} from {CALLER_THREADS} threads hung (> {CHILD_TIMEOUT} s)")
     assert child.returncode == 0, (f"the child calling {kernel_names} from {CALLER_THREADS} threads ended with "
@@ -40,9 +38,8 @@ def run_child(kernel_names, env=None):
 
 
 def assert_all_calls_kept_the_contract(report):
-    print(f"{report['calls']} calls from {CALLER_THREADS} threads in {report['seconds']:.1f} s under Numba's "
-          f"{report['numba_layer']!r} layer, {report['budget_changes']} budget changes; most runs of one "
-          f"kernel at once: {report['max_in_flight']}")
+    print(f"{report['calls']} calls from {CALLER_THREADS} threads in {report['seconds']:.1f} s, "
+          f"{report['budget_changes']} budget changes; most runs of one kernel at once: {report['max_in_flight']}")
     assert not report["failures"], "\n".join(report["failures"])
     assert report["calls"] == CALLER_THREADS * CALLS_PER_KERNEL * len(report["max_in_flight"])
     overlapped = {name for name, most in report["max_in_flight"].items() if most >= 2}
@@ -51,32 +48,10 @@ def assert_all_calls_kept_the_contract(report):
 
 
 def test_every_kernel_from_many_threads_while_the_budget_changes():
-    """Every registered kernel, peers included, under the Numba threading layer Numba picks."""
+    """Every registered kernel, peers included."""
     report = run_child(list(kernels.KERNELS))
     assert_all_calls_kept_the_contract(report)
     assert set(report["max_in_flight"]) == set(kernels.KERNELS)
-
-
-def numba_default_layer():
-    """The threading layer Numba picks here, as the children do unless told otherwise."""
-    import numba
-
-    numba.set_num_threads(numba.get_num_threads())  # launches the layer, as a first parallel call would
-    return numba.threading_layer()
-
-
-@pytest.mark.parametrize("layer", ["omp", "tbb", "workqueue"])
-def test_our_kernels_from_many_threads_under_each_numba_threading_layer(layer):
-    """Our rungs under each threading layer Numba can load here.  "workqueue" is not
-    thread-safe: numba_tiled must take turns under it rather than let Numba abort."""
-    if layer == numba_default_layer():
-        pytest.skip(f"{layer!r} is Numba's layer here: test_every_kernel_from_many_threads... runs under it")
-    own = [name for name, record in kernels.KERNELS.items() if not record.external]
-    report = run_child(own, env={"NUMBA_THREADING_LAYER": layer})
-    if "unavailable" in report:
-        pytest.skip(f"Numba's {layer!r} threading layer cannot be loaded here: {report['unavailable']}")
-    assert report["numba_layer"] == layer
-    assert_all_calls_kept_the_contract(report)
 
 
 # -- the child --------------------------------------------------------------------------------
@@ -111,14 +86,8 @@ def child(kernel_names, n_threads, calls_per_kernel):
     order and each call started with the other threads' (a barrier), so that calls of one
     kernel overlap (a kernel's own shared state is what races), each thread on other cases
     and dtypes, while one more thread flips the thread budget between 1 and 2."""
-    import numba
-
     from kernels import harness
 
-    try:
-        numba.set_num_threads(1)  # launches the threading layer NUMBA_THREADING_LAYER asks for
-    except ValueError as error:  # e.g. "No threading layer could be loaded" (no TBB)
-        return {"unavailable": str(error).splitlines()[0]}
     items, failures = work_items(kernel_names)
     lock = threading.Lock()
     in_flight = dict.fromkeys(kernel_names, 0)
@@ -177,7 +146,7 @@ def child(kernel_names, n_threads, calls_per_kernel):
         thread.join()
     done.set()
     changer.join()
-    return {"numba_layer": numba.threading_layer(), "seconds": time.perf_counter() - start, "failures": failures,
+    return {"seconds": time.perf_counter() - start, "failures": failures,
             "calls": counts["calls"], "budget_changes": counts["budget_changes"], "max_in_flight": most_in_flight}
 
 

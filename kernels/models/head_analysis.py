@@ -58,8 +58,7 @@ CLASSES = ("vertical", "diagonal", "vertical + diagonal", "block", "heterogeneou
 POSITIONAL_SHARE = 0.9  # Voita et al.: largest weight at offset −1 or +1 for >= 90% of tokens
 
 # The ablation's sentences: every third of the set, 10 of 30, so that its 72 × 10 forward
-# passes take well under a minute on 2 cores (at n ≈ 15 tokens a pass costs milliseconds,
-# most of it thread wake-ups between BLAS and the kernel's OpenMP threads).
+# passes take well under a minute on 2 cores (at n ≈ 15 tokens a pass costs milliseconds).
 ABLATION_STRIDE = 3
 
 

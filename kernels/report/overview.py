@@ -83,7 +83,7 @@ def overview(run):
         f"{machine.get('num_cpu', '?')} CPUs, {ram_text(run)} RAM, {machine.get('os', '?')} "
         f"({machine.get('arch', '?')}).",
         f"- **Thread budget:** {text(budget, lambda v: f'{v:.0f} threads')} for every kernel "
-        "(BLAS, Numba and OpenMP alike).",
+        "(BLAS and our thread pool alike).",
         f"- **Ceiling, measured in the same run:** {ceiling} (installed BLAS); memory bandwidth "
         f"{text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (copy, one thread), "
         f"{text(run.value(spec.READ_BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (streaming read, every thread).",
