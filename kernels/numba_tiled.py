@@ -75,7 +75,7 @@ from .numba_simd import (
     BLOCK_ROWS, BLOCK_VECTORS, INTERNAL, JIT_OPTIONS, address_as_voidptr, aligned_empty, exp2,
     fma_vector, panel_width, prefer_wide_vectors, register_block,
 )
-from .threads import parallel_for, threads_for
+from .threads import address, parallel_for, threads_for
 
 # Query rows per parallel task: a multiple of every panel (AVX-512: 48 float32, 24 float64
 # queries; AVX2: 24, 12).  Its Qᵀ, Sᵀ and Oᵀ tiles (24 KB each at d = 64, float32) and a
@@ -454,27 +454,25 @@ def run(q, k, v, out, causal, scale):
     query_tile, key_chunk, merge = compiled_tasks(q.dtype)
     heads, n_q, d = q.shape
     n_k, d_v = v.shape[1], v.shape[2]
-    call = np.zeros(1, CALL)
-    call["q"], call["k"], call["v"], call["out"] = (a.ctypes.data for a in (q, k, v, out))
-    call["heads"], call["n_q"], call["n_k"], call["d"], call["d_v"] = heads, n_q, n_k, d, d_v
-    call["causal"] = causal
-    call["offset"] = n_k - n_q if causal else n_k  # query i sees keys j < i + 1 + offset
+    threads = threads_for(2.0 * heads * n_q * n_k * (d + d_v))
+    split_kv = n_q <= SPLIT_KV_MAX_ROWS
+    n_query_tiles = -(-n_q // TILE_Q)
+    n_chunks = -(-n_k // SPLIT_KV_CHUNK)
+    # Decoding: (head, chunk) tasks leave partials (extra memory B · n_chunks · n_q ·
+    # (d_v + 2)), merged per (head, query) by a second loop.
+    stats = np.empty((heads, n_chunks, n_q, 2) if split_kv else 0, q.dtype)
+    acc = np.empty((heads, n_chunks, n_q, d_v) if split_kv else 0, q.dtype)
     # The running max is taken over unscaled scores, so the sign of the scale moves
     # (exactly) into q: -1, or 0 for scale = 0, which makes every score 0 (NaN where
     # an input is not finite) while log2_scale stays positive, so that a masked
     # score (-inf) still weighs exp(-inf) = 0 rather than exp(-inf · 0) = NaN.
-    call["q_factor"] = np.sign(scale)
-    call["log2_scale"] = abs(scale) * LOG2_E if scale != 0 else 1.0
-    threads = threads_for(2.0 * heads * n_q * n_k * (d + d_v))
-    if n_q > SPLIT_KV_MAX_ROWS:
-        n_query_tiles = call["n_query_tiles"] = -(-n_q // TILE_Q)
+    call = np.array([(
+        *map(address, (q, k, v, out, stats, acc)), heads, n_q, n_k, d, d_v, n_query_tiles, n_chunks,
+        causal, n_k - n_q if causal else n_k,  # query i sees keys j < i + 1 + offset
+        np.sign(scale), abs(scale) * LOG2_E if scale != 0 else 1.0,
+    )], CALL)
+    if not split_kv:
         parallel_for(heads * n_query_tiles, threads, query_tile, call)
         return
-    # Decoding: (head, chunk) tasks leave partials (extra memory B · n_chunks · n_q ·
-    # (d_v + 2)), merged per (head, query) by a second loop.
-    n_chunks = call["n_chunks"] = -(-n_k // SPLIT_KV_CHUNK)
-    stats = np.empty((heads, n_chunks, n_q, 2), q.dtype)
-    acc = np.empty((heads, n_chunks, n_q, d_v), q.dtype)
-    call["stats"], call["acc"] = stats.ctypes.data, acc.ctypes.data
     parallel_for(heads * n_chunks, threads, key_chunk, call)
     parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge, call)

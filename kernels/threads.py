@@ -44,6 +44,7 @@ spinning is the user's to shorten, and worth it inside a model: with
 ~0.4 ms), a call between two matmuls gets both cores again (README, Threads).
 """
 import contextlib
+import functools
 import numbers
 import os
 
@@ -120,6 +121,12 @@ def threads_for(flops):
     return _pool().lib.pool_threads_for(budget(), flops)
 
 
+def address(array):
+    """Where ``array``'s data starts, as an int (for a record a compiled task reads)."""
+    ffi = _pool().ffi
+    return int(ffi.cast("intptr_t", ffi.from_buffer(array)))
+
+
 def parallel_for(n_tasks, threads, task, call):
     """Run a compiled ``task`` for every index in [0, n_tasks) on the pool: the calling
     thread and up to ``threads - 1`` helpers, returning when every task has run.
@@ -127,7 +134,7 @@ def parallel_for(n_tasks, threads, task, call):
     int32 worker); ``call`` is the NumPy array whose memory it reads (the caller keeps it
     and every array it points to alive).  The GIL is released meanwhile."""
     ffi, lib = _pool().ffi, _pool().lib
-    lib.pool_run(n_tasks, threads, ffi.cast("pool_task_fn", task.address), ffi.cast("void *", call.ctypes.data))
+    lib.pool_run(n_tasks, threads, ffi.cast("pool_task_fn", task.address), ffi.from_buffer(call))
 
 
 def helpers_started():
@@ -135,6 +142,7 @@ def helpers_started():
     return _pool().lib.pool_helpers_started()
 
 
+@functools.cache
 def _pool():
     """The C extension that holds the pool (built with c_tiled)."""
     try:
