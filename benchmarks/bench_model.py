@@ -14,7 +14,7 @@ import kernels
 from kernels import bench_spec as spec
 from kernels.layers.multi_head import merge_heads, multi_head_projections
 
-from .common import KERNEL_NAMES, check_runs, median_seconds_each
+from .common import KERNEL_NAMES, check_runs, median_seconds_each, speedup_side_by_side
 
 
 def load_model():
@@ -75,3 +75,27 @@ class ModelForward:
 
     def time_forward(self, kernel, seq_len):
         self.minilm.forward(self.model, self.ids, kernel=self.kernel)
+
+
+class ModelForwardOverNumpy:
+    """The whole forward pass on a kernel ÷ the same pass on the numpy rung, timed side by
+    side: the model must get faster on a faster kernel, not slower (in the model, every
+    call comes right after a matrix product)."""
+
+    params = [[name for name in KERNEL_NAMES if name not in ("naive", "numpy")],
+              list(spec.MODEL_OVER_NUMPY_SEQ_LENS)]
+    param_names = ["kernel", "seq_len"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 600
+
+    def setup(self, kernel, seq_len):
+        minilm, model = load_model()
+        check_runs(kernel, *(np.empty((minilm.HEADS, seq_len, 32), np.float32),) * 3)
+        ids = np.random.default_rng(0).integers(1000, 30000, size=seq_len)
+        self.numpy_pass = lambda: minilm.forward(model, ids, kernel="numpy")
+        self.kernel_pass = lambda: minilm.forward(model, ids, kernel=kernel)
+        self.numpy_pass(), self.kernel_pass()  # warm-up
+
+    def track_time_over_numpy(self, kernel, seq_len):
+        return 1 / speedup_side_by_side(self.numpy_pass, self.kernel_pass, spec.MODEL_OVER_NUMPY_ROUNDS[seq_len])
+
+    track_time_over_numpy.unit = "times"

@@ -64,6 +64,24 @@ DECODE_DTYPE = "float32"
 TINY_SEQ_LEN = 64
 
 
+# ModelForwardOverNumpy: the whole forward pass on a kernel ÷ on numpy, side by side, at
+# the two lengths of the in-context goals.
+MODEL_OVER_NUMPY_SEQ_LENS = (64, 512)
+MODEL_OVER_NUMPY_ROUNDS = {64: 15, 512: 5}
+
+
+# InContext: each kernel (but naive: pure Python is not what a model runs) between two
+# matrix products of a model's shapes and beside a busy process, against the same call
+# alone and on one thread.  Shapes (heads, n, d): a tiny call, and one MiniLM layer's
+# attention.  Calls per block: enough for a stable median within a second.
+CONTEXT_KERNELS = ("numpy", *TILED, *PEER_NAMES)
+CONTEXT_SHAPES = {"tiny": (1, TINY_SEQ_LEN, HEAD_DIM), "layer": (12, 512, 32)}
+CONTEXTS = ("between_matmuls", "busy_process")
+CONTEXT_DTYPE = "float32"
+CONTEXT_CALLS = {"tiny": 51, "layer": 7}
+CONTEXT_ROUNDS = 3 if QUICK else 7
+
+
 # PeerSpeedup: every peer (installed or not: one grid on every machine) beside each tiled
 # rung, side by side, on four shapes: 8 heads at the headline n, full and causal; one
 # new token's query against a cache of 65,536 tokens; one head at n = 64.  The decode
@@ -114,12 +132,16 @@ DECODE_READ_RATE = Benchmark("bench_decode.CachedDecode.track_cache_read_gbytes_
 DECODE_RECOMPUTED = Benchmark("bench_decode.RecomputedDecode.time_token", ("kernel", "seq_len"))
 TINY_CALL = Benchmark("bench_decode.TinyCall.time_attention", ("kernel",))
 READ_BANDWIDTH = Benchmark("bench_machine.Machine.track_read_bandwidth")
+_CONTEXT = ("kernel", "shape", "context")
+CONTEXT_OVER_ALONE = Benchmark("bench_context.InContext.track_over_alone", _CONTEXT)
+CONTEXT_OVER_ONE_THREAD = Benchmark("bench_context.InContext.track_over_one_thread", _CONTEXT)
+MODEL_OVER_NUMPY = Benchmark("bench_model.ModelForwardOverNumpy.track_time_over_numpy", ("kernel", "seq_len"))
 
 # Every benchmark the report reads, in the order its sections use them.
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP,
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
-              READ_BANDWIDTH)
+              READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}

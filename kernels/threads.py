@@ -40,7 +40,7 @@ rungs run on one small pool of our own (``csrc/pool.c``), whose rules are:
 
 What the BLAS pool is asked: only its thread count (threadpoolctl), the budget.  Its
 spinning is the user's to shorten, and worth it inside a model: with
-``OPENBLAS_THREAD_TIMEOUT=20`` in the environment before NumPy loads (2^20 cycles,
+``OPENBLAS_THREAD_TIMEOUT=20`` (``BLAS_SPIN_VARIABLE``) in the environment before NumPy loads (2^20 cycles,
 ~0.4 ms), a call between two matmuls gets both cores again (README, Threads).
 """
 import contextlib
@@ -49,6 +49,8 @@ import numbers
 import os
 
 BUDGET_VARIABLES = ("ATTNBENCH_THREADS", "OMP_NUM_THREADS")  # read in this order
+# How many cycles (2^value) OpenBLAS's workers spin after a call; read once, when it loads
+BLAS_SPIN_VARIABLE = "OPENBLAS_THREAD_TIMEOUT"
 
 _budget = None
 

@@ -60,7 +60,8 @@ def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatc
     classes = [cls for module in bench_modules.values()
                for _, cls in inspect.getmembers(module, inspect.isclass)
                if cls.__module__ == module.__name__ and getattr(cls, "params", None)]
-    assert {"SeqLen", "Threads", "PeerSpeedup", "MemoryWall", "ModelLayer"} <= {cls.__name__ for cls in classes}
+    assert {"SeqLen", "Threads", "PeerSpeedup", "MemoryWall", "ModelLayer", "InContext"} <= \
+        {cls.__name__ for cls in classes}
     for cls in classes:
         for check in ("prepare", "check_runs"):
             monkeypatch.setattr(inspect.getmodule(cls), check, refuse, raising=False)
@@ -88,6 +89,25 @@ def test_peer_speedup_measures_an_installed_peer(bench_modules, shape):
     finally:
         benchmark.teardown(*params)
     assert np.isfinite(ratio) and ratio > 0
+    assert kernels.threads.budget() == budget
+
+
+@pytest.mark.parametrize("context", bench_spec.CONTEXTS)
+def test_in_context_measures_and_ends_its_busy_process(bench_modules, monkeypatch, context):
+    """One short round of each ratio on c_tiled's tiny call: real timings, a finite ratio,
+    the busy process (if any) gone after teardown and the budget put back."""
+    monkeypatch.setattr(bench_spec, "CONTEXT_ROUNDS", 1)
+    monkeypatch.setitem(bench_spec.CONTEXT_CALLS, "tiny", 3)
+    benchmark, budget = bench_modules["bench_context"].InContext(), kernels.threads.budget()
+    params = ("c_tiled", "tiny", context)
+    try:
+        benchmark.setup(*params)
+        ratios = benchmark.track_over_alone(*params), benchmark.track_over_one_thread(*params)
+    finally:
+        benchmark.teardown(*params)
+    assert all(np.isfinite(r) and r > 0 for r in ratios), ratios
+    if context == "busy_process":
+        assert benchmark.busy.poll() is not None, "the busy process outlived the benchmark"
     assert kernels.threads.budget() == budget
 
 

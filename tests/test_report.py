@@ -269,6 +269,35 @@ def test_decode_goals(report, goal, measured, met):
     assert (cells[1], cells[3]) == (measured, met)
 
 
+def test_in_context_tables(report, report_dir):
+    """The fixture's InContext ratios (between tiny, between layer, busy tiny, busy layer)
+    over alone and over one thread, and the forward pass over numpy."""
+    table, forward = section(report, "In context").split("MiniLM's whole forward pass")
+    assert row(table, "c_tiled", "tiny: 1 head, n = 64, d = 64")[2:] == ["1.10×", "1.00×", "1.00×", "1.00×"]
+    assert row(table, "c_tiled", "layer: 12 heads, n = 512, d = 32")[2:] == ["1.60×", "0.90×", "1.50×", "1.20×"]
+    assert row(table, "torch_sdpa", "tiny: 1 head, n = 64, d = 64")[2:] == ["40.00×", "35.00×", "30.00×", "25.00×"]
+    assert "OPENBLAS_THREAD_TIMEOUT=20" in table
+    assert row(forward, "numba_tiled")[1:] == ["1.05×", "0.80×"]
+    assert row(forward, "torch_sdpa")[1:] == ["n/a", "n/a"]
+    rows = csv_rows(report_dir, "in_context")
+    assert len(rows) == 4 * 2  # kernels × shapes
+    assert float(csv_row(rows, kernel="numba_tiled", shape="layer: 12 heads, n = 512, d = 32")
+                 ["busy_process_over_one_thread"]) == 0.9
+
+
+@pytest.mark.parametrize("goal, measured, met", [
+    ("c_tiled between two matmuls ÷ alone, tiny (1, 64, 64: heads, n, d), all threads", "1.1", "yes"),
+    ("c_tiled between two matmuls ÷ alone, layer (12, 512, 32: heads, n, d), all threads", "1.6", "no"),
+    ("numba_tiled between two matmuls ÷ alone, layer (12, 512, 32: heads, n, d), all threads", "1.4", "yes"),
+    ("c_tiled beside a busy process ÷ its quiet one-thread time, the worst shape, all threads", "1.2", "yes"),
+    ("MiniLM forward pass on c_tiled ÷ on numpy, n = 64, timed side by side", "0.95", "yes"),
+    ("MiniLM forward pass on numba_tiled ÷ on numpy, n = 64, timed side by side", "1.05", "yes"),
+])
+def test_in_context_goals(report, goal, measured, met):
+    cells = row(section(report, "Goals"), goal)
+    assert (cells[1], cells[3]) == (measured, met)
+
+
 def test_crossover_interpolates_in_log_n_and_needs_a_bracket():
     from kernels.report.model import crossover
 

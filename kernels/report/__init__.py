@@ -16,8 +16,8 @@ and an empty cell in the CSVs.  A new section is one new module and one line bel
 import pathlib
 
 from ..files import write_text, write_whole
-from . import (decode, gaps, goals, memory_wall, model, multi_head, overview, peers, seq_len, side_by_side,
-               startup, thread_scaling)
+from . import (decode, gaps, goals, in_context, memory_wall, model, multi_head, overview, peers, seq_len,
+               side_by_side, startup, thread_scaling)
 from .document import Plot
 from .results import load_latest_run
 from .tables import Table
@@ -38,6 +38,7 @@ SECTIONS = (
     peers.peers,
     memory_wall.memory_wall,
     model.model,
+    in_context.in_context_section,
     decode.decode,
     startup.startup,
     goals.goals,

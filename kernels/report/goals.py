@@ -3,7 +3,8 @@ the run measured.
 
 Speed against another kernel is always a side-by-side ratio (``PeerSpeedup``,
 ``NumpySpeedup``), never a ratio of two separately timed benchmarks.  The targets were
-set by the performance issue (#4), the decode issue (#11) and the peers issue (#12),
+set by the performance issue (#4), the decode issue (#11), the peers issue (#12) and the
+in-context issue (#17),
 measured on this project's 2-core machines against the other CPU attentions and the
 installed BLAS; ``source`` says why each number is what it is.
 """
@@ -14,6 +15,7 @@ from typing import Callable
 from .. import bench_spec as spec
 from .decode import cache_read_fraction
 from .document import Section
+from .in_context import forward_over_numpy, in_context
 from .multi_head import headline_shape, multihead_gflops, multihead_seconds
 from .peers import peer_speedup, worst_peer_speedup
 from .side_by_side import numpy_speedup, numpy_speedup_seq_len
@@ -72,6 +74,15 @@ def _largest_decode(run):
     return max(run.seq_lens(spec.DECODE_CACHED), default=math.nan)
 
 
+def _worst_in_context(kernel, context, baseline, shapes=tuple(spec.CONTEXT_SHAPES)):
+    """The largest of the kernel's in-context ratios over ``shapes``."""
+    def measure(run):
+        values = [in_context(run, kernel, shape, context, baseline) for shape in shapes]
+        values = [value for value in values if not missing(value)]
+        return max(values) if values else math.nan
+    return measure
+
+
 def _c_tiled_thread_speedup(run):
     one, every = thread_counts(run)
     return ratio(thread_gflops(run, "c_tiled", every), thread_gflops(run, "c_tiled", one))
@@ -82,6 +93,8 @@ LEAD = ("#4: a lead over PyTorch's flash-attention CPU kernel, the best CPU atte
         "measured, larger than a shared machine's run-to-run noise")
 EVERY_PEER = ("#12: ahead of every CPU attention a user could pick (PyTorch, ONNX Runtime, OpenVINO, "
               "JAX) by more than a shared machine's noise")
+IN_CONTEXT = ("#17: inside a model every call follows a matrix product, whose BLAS workers spin on "
+              "the other cores; a call must not wait for them")
 GOALS = (
     *(Goal(f"c_tiled speed over every peer (the smallest ratio), float32, {words}, {{shape}}, all threads, "
            + SIDE_BY_SIDE, _over_every_peer("c_tiled", shapes, "float32", True), 1.2, True, EVERY_PEER)
@@ -126,6 +139,18 @@ GOALS = (
     Goal("tiny call (one head, n = 64): c_tiled speed over {peer}, all threads, " + SIDE_BY_SIDE,
          _over(spec.PEER, "c_tiled", "tiny", spec.DECODE_DTYPE), 2.0, True,
          "#11: a call this small should not wake a thread pool: a fixed cost of microseconds"),
+    *(Goal(f"{kernel} between two matmuls ÷ alone, {shape} ({', '.join(map(str, spec.CONTEXT_SHAPES[shape]))}: "
+           "heads, n, d), all threads", _worst_in_context(kernel, "between_matmuls", "alone", (shape,)), 1.5,
+           False, IN_CONTEXT)
+      for kernel in spec.TILED for shape in spec.CONTEXT_SHAPES),
+    *(Goal(f"{kernel} beside a busy process ÷ its quiet one-thread time, the worst shape, all threads",
+           _worst_in_context(kernel, "busy_process", "one_thread"), 1.3, False,
+           "#17: the second core is gone; the call must not also wait for it")
+      for kernel in spec.TILED),
+    *(Goal(f"MiniLM forward pass on {kernel} ÷ on numpy, n = {n}, " + SIDE_BY_SIDE,
+           lambda run, kernel=kernel, n=n: forward_over_numpy(run, kernel, n), target, False,
+           "#17: a faster kernel must make the model faster, not slower")
+      for kernel, target in (("c_tiled", 1.0), ("numba_tiled", 1.1)) for n in spec.MODEL_OVER_NUMPY_SEQ_LENS),
     Goal("first Numba call with an empty cache (compile), seconds",
          lambda run: run.value(spec.COMPILE_SECONDS), 10, False,
          "#4: a first run a user will wait for once"),
@@ -151,8 +176,8 @@ def goals(run):
                             Column("target", "target"), Column("met", "met"),
                             Column("source", "where the target comes from")), rows)
     return Section("Goals", [
-        "Each target was set by the project's performance (#4), decode (#11) or peers (#12) "
-        "issue on a 2-core machine; speed against another kernel is a side-by-side ratio "
+        "Each target was set by the project's performance (#4), decode (#11), peers (#12) or "
+        "in-context (#17) issue on a 2-core machine; speed against another kernel is a side-by-side ratio "
         "(the peers and side-by-side sections).",
         table,
     ])
