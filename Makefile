@@ -13,7 +13,7 @@ help:
 	@echo "make report  rewrite reports/ from the asv results already in .asv/results"
 	@echo "make test    run the test suite"
 	@echo "make verify  every kernel against the float64 reference"
-	@echo "make sanitize  the C kernel under ASan + UBSan, every ISA, checked against float64 (C compiler only)"
+	@echo "make sanitize  the C kernel under ASan + UBSan, every ISA, checked against float64; the pool under TSan (C compiler only)"
 	@echo "make list    the registered kernels"
 	@echo "make peers   install the peers (PyTorch, ONNX Runtime, OpenVINO, JAX; CPU builds) to measure beside ours"
 	@echo "make model   install all-MiniLM-L6-v2 (weights + tokenizer, no PyTorch) for kernels.models"
@@ -59,8 +59,16 @@ build/sanitize/check_attention: $(SANITIZE_C) $(wildcard csrc/*.h) csrc/build_at
 	@mkdir -p $(@D)
 	$(CC) $(SANITIZE_FLAGS) -Icsrc -o $@ $(SANITIZE_C) -lm
 
-sanitize: build/sanitize/check_attention
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $<
+# The thread pool alone under ThreadSanitizer (which cannot share a build with ASan): loops
+# from several threads at once, nested and back to back, each task's plain writes read by
+# the caller afterwards, so a missing happens-before edge is a reported race.
+build/sanitize/check_pool: csrc/sanitize/check_pool.c csrc/pool.c csrc/attention.h
+	@mkdir -p $(@D)
+	$(CC) -O1 -g -pthread -std=c11 -Wall -Wextra -fsanitize=thread -Icsrc -o $@ csrc/sanitize/check_pool.c csrc/pool.c
+
+sanitize: build/sanitize/check_attention build/sanitize/check_pool
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build/sanitize/check_attention
+	TSAN_OPTIONS=halt_on_error=1 build/sanitize/check_pool
 
 # The main job: the asv suite on .venv, then the report.  QUICK=1: small grids, one
 # sample each (a few minutes).  THREADS=n sets the one thread budget of every kernel.

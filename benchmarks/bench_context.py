@@ -9,6 +9,9 @@ copes; this measures it, for every kernel, the peers included.
 Contexts (all threads):
 - ``between_matmuls``: x (n, 384) @ w (384, 384) before and after each call, untimed: a
   MiniLM projection at the call's n;
+- ``between_matmuls_blas_sleeps``: the same, measured in a child process whose OpenBLAS
+  loaded with ``OPENBLAS_THREAD_TIMEOUT=20`` (its workers sleep after 2^20 cycles): what
+  a user gains by asking the BLAS not to spin;
 - ``busy_process``: a process spinning on one core, started by ``setup``, stopped
   (SIGSTOP) while the quiet blocks run and killed by ``teardown``.
 Shapes (float32): ``tiny``, one head at n = 64, d = 64, where a call's fixed cost shows;
@@ -30,11 +33,25 @@ import numpy as np
 
 import kernels
 from kernels import bench_spec as spec
+from kernels.threads import BLAS_SPIN_VARIABLE
 
 from .common import ThreadBudget, check_runs, make_inputs
 
 BLAS_CALM_SECONDS = 0.3  # OpenBLAS's workers spin 2^28 cycles (0.1-0.15 s) after a product
 BUSY_START_SECONDS = 0.02  # for the resumed busy process to be on a core again
+BLAS_SLEEPS_AFTER = "20"  # 2^20 cycles, ~0.4 ms: a layer's products still find the workers awake
+# The child that measures between_matmuls_blas_sleeps: this module, imported by its own name
+# from this process's sys.path, measuring between_matmuls.
+CHILD = """
+import importlib, sys
+module, kernel, shape, baseline = sys.argv[1:]
+benchmark = importlib.import_module(module).InContext()
+benchmark.setup(kernel, shape, "between_matmuls")
+try:
+    print(benchmark._rounds(shape, "between_matmuls", baseline))
+finally:
+    benchmark.teardown(kernel, shape, "between_matmuls")
+"""
 
 
 class InContext(ThreadBudget):
@@ -86,6 +103,8 @@ class InContext(ThreadBudget):
         """Median over rounds of (context block ÷ ``baseline`` block): "alone" or "one_thread"."""
         if baseline == "one_thread" and not self.record.honours_budget:
             return float("nan")  # its pool cannot be held to one thread: no such time
+        if context == "between_matmuls_blas_sleeps":
+            return self._in_child(shape, baseline)
         calls = spec.CONTEXT_CALLS[shape]
         ratios = []
         for _ in range(spec.CONTEXT_ROUNDS):
@@ -106,6 +125,16 @@ class InContext(ThreadBudget):
                 seconds = self._block(calls, between_matmuls=True)
             ratios.append(seconds / reference)
         return float(np.median(ratios))
+
+    def _in_child(self, shape, baseline):
+        """``_rounds`` of between_matmuls in a child whose BLAS loads with BLAS_SLEEPS_AFTER."""
+        child = subprocess.run(
+            [sys.executable, "-c", CHILD, __name__, self.record.name, shape, baseline],
+            capture_output=True, text=True, timeout=self.timeout,
+            env={**os.environ, BLAS_SPIN_VARIABLE: BLAS_SLEEPS_AFTER, "PYTHONPATH": os.pathsep.join(sys.path)})
+        if child.returncode != 0:
+            raise RuntimeError(f"the {BLAS_SPIN_VARIABLE}={BLAS_SLEEPS_AFTER} child failed:\n{child.stderr[-2000:]}")
+        return float(child.stdout.split()[-1])
 
     def track_over_alone(self, kernel, shape, context):
         return self._rounds(shape, context, "alone")

@@ -76,7 +76,7 @@ MODEL_OVER_NUMPY_ROUNDS = {64: 15, 512: 5}
 # attention.  Calls per block: enough for a stable median within a second.
 CONTEXT_KERNELS = ("numpy", *TILED, *PEER_NAMES)
 CONTEXT_SHAPES = {"tiny": (1, TINY_SEQ_LEN, HEAD_DIM), "layer": (12, 512, 32)}
-CONTEXTS = ("between_matmuls", "busy_process")
+CONTEXTS = ("between_matmuls", "between_matmuls_blas_sleeps", "busy_process")
 CONTEXT_DTYPE = "float32"
 CONTEXT_CALLS = {"tiny": 51, "layer": 7}
 CONTEXT_ROUNDS = 3 if QUICK else 7

@@ -7,7 +7,9 @@ from ..threads import BLAS_SPIN_VARIABLE
 from .document import Section
 from .tables import Column, Table, fmt_ratio
 
-CONTEXT_WORDS = {"between_matmuls": "between two matmuls", "busy_process": "beside a busy process"}
+CONTEXT_WORDS = {"between_matmuls": "between two matmuls",
+                 "between_matmuls_blas_sleeps": "between matmuls, BLAS asked to sleep",
+                 "busy_process": "beside a busy process"}
 
 
 def in_context(run, kernel, shape, context, baseline="alone"):
@@ -54,8 +56,9 @@ def in_context_section(run):
         "or on one quiet thread, float32, all threads. Below 1.0 ÷ one thread means the "
         "second core still helped; near 1.0 means the call ran at one thread's speed rather "
         "than stalling. Between matmuls the second core belongs to the BLAS's spinning "
-        f"worker: `{BLAS_SPIN_VARIABLE}=20` in the environment before NumPy loads makes it "
-        "sleep after 2^20 cycles instead, and gives that core back.",
+        f"worker; \"BLAS asked to sleep\" is the same context in a process started with "
+        f"`{BLAS_SPIN_VARIABLE}=20`, whose OpenBLAS workers sleep after 2^20 cycles instead "
+        "and give that core back.",
         table,
         "MiniLM's whole forward pass (embeddings and 6 layers, random token ids) on each "
         "kernel ÷ the same pass on numpy, timed side by side: a faster kernel must make the "
