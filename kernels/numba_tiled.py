@@ -14,7 +14,7 @@ weighted values (flash-attention style):
 
 Every (batch·head, query tile) pair is one task of the project's thread pool (the one
 c_tiled runs on, ``kernels.threads``), so both cores share the work even for a single
-head: each task is compiled as a C callback (``compiled_tasks``, a Numba ``cfunc``)
+head: each task is compiled as a C callback (``query_tile_task``, a Numba ``cfunc``)
 that the pool's threads call, the calling thread first.  What makes it fast on a CPU
 without SVML:
 
@@ -395,63 +395,87 @@ CALL = np.dtype([
 TASK = types.void(types.voidptr, types.int64, types.int32)  # the pool's pool_task_fn
 
 
+# The parallel tasks, compiled as C callbacks the pool calls (``call`` points to one CALL
+# record), each for one dtype and only when a call first needs it (a cached process loads
+# only what it runs):
+#     query_tile_task(dtype)   attention for one (head, query tile) pair
+#     key_chunk_task(dtype)    split-KV: one (head, chunk of SPLIT_KV_CHUNK keys), its
+#                              partials into stats and acc
+#     merge_task(dtype)        split-KV: one (head, query) merged from them
+# No task allocates more than its tile.
+
+@njit(inline="always", **JIT_OPTIONS)
+def call_inputs(call, real):
+    """The call's q, k, v and out as arrays of ``real`` (np.float32 or np.float64)."""
+    q = carray(address_as_voidptr(call.q), (call.heads, call.n_q, call.d), real)
+    k = carray(address_as_voidptr(call.k), (call.heads, call.n_k, call.d), real)
+    v = carray(address_as_voidptr(call.v), (call.heads, call.n_k, call.d_v), real)
+    out = carray(address_as_voidptr(call.out), (call.heads, call.n_q, call.d_v), real)
+    return q, k, v, out
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def call_partials(call, real):
+    """The call's split-KV partials: stats (heads, n_chunks, n_q, 2), acc (..., d_v)."""
+    stats = carray(address_as_voidptr(call.stats), (call.heads, call.n_chunks, call.n_q, 2), real)
+    acc = carray(address_as_voidptr(call.acc), (call.heads, call.n_chunks, call.n_q, call.d_v), real)
+    return stats, acc
+
+
+# A task closes over its scalar type only, so that Numba's cache finds it again in the
+# next process (a closure over a dispatcher would be compiled anew in each).
 @functools.cache
-def compiled_tasks(dtype):
-    """The three parallel tasks for one dtype, compiled as C callbacks the pool calls:
-
-        query_tile(call, task, worker)   attention for one (head, query tile) pair
-        key_chunk(call, task, worker)    split-KV: one (head, chunk of SPLIT_KV_CHUNK
-                                         keys), its partials into stats and acc
-        merge(call, task, worker)        split-KV: one (head, query) merged from them
-
-    ``call`` points to one CALL record.  No task allocates more than its tile."""
+def query_tile_task(dtype):
     real = np.dtype(dtype).type
-
-    @njit(inline="always", **JIT_OPTIONS)
-    def arrays(call):
-        q = carray(address_as_voidptr(call.q), (call.heads, call.n_q, call.d), real)
-        k = carray(address_as_voidptr(call.k), (call.heads, call.n_k, call.d), real)
-        v = carray(address_as_voidptr(call.v), (call.heads, call.n_k, call.d_v), real)
-        out = carray(address_as_voidptr(call.out), (call.heads, call.n_q, call.d_v), real)
-        return q, k, v, out
 
     @cfunc(TASK, **JIT_OPTIONS)
     def query_tile(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, out = arrays(call)
+        q, k, v, out = call_inputs(call, real)
         head, tile = task_order(task, call.heads, call.n_query_tiles)
         attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, call.offset,
                           real(call.q_factor), real(call.log2_scale))
 
+    return query_tile
+
+
+@functools.cache
+def key_chunk_task(dtype):
+    real = np.dtype(dtype).type
+
     @cfunc(TASK, **JIT_OPTIONS)
     def key_chunk(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, _ = arrays(call)
-        stats = carray(address_as_voidptr(call.stats), (call.heads, call.n_chunks, call.n_q, 2), real)
-        acc = carray(address_as_voidptr(call.acc), (call.heads, call.n_chunks, call.n_q, call.d_v), real)
+        q, k, v, _ = call_inputs(call, real)
+        stats, acc = call_partials(call, real)
         head, chunk = task // call.n_chunks, task % call.n_chunks
         j0 = chunk * SPLIT_KV_CHUNK
         attend_key_chunk(q[head], k[head], v[head], j0, min(call.n_k, j0 + SPLIT_KV_CHUNK), call.offset,
                          real(call.q_factor), real(call.log2_scale), stats[head, chunk], acc[head, chunk])
 
+    return key_chunk
+
+
+@functools.cache
+def merge_task(dtype):
+    real = np.dtype(dtype).type
+
     @cfunc(TASK, **JIT_OPTIONS)
     def merge(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        _, _, _, out = arrays(call)
-        stats = carray(address_as_voidptr(call.stats), (call.heads, call.n_chunks, call.n_q, 2), real)
-        acc = carray(address_as_voidptr(call.acc), (call.heads, call.n_chunks, call.n_q, call.d_v), real)
+        _, _, _, out = call_inputs(call, real)
+        stats, acc = call_partials(call, real)
         head, r = task // call.n_q, task % call.n_q
         merge_chunks(stats[head, :, r], acc[head, :, r], out[head, r], r + 1 + call.offset > 0,
                      real(call.log2_scale))
 
-    return query_tile, key_chunk, merge
+    return merge
 
 
 def run(q, k, v, out, causal, scale):
     """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), out (B, n_q, d_v): C-contiguous,
     same dtype (float32 or float64), already validated.  Writes every element of out.
     Up to SPLIT_KV_MAX_ROWS queries per head (decoding) take the split-KV path."""
-    query_tile, key_chunk, merge = compiled_tasks(q.dtype)
     heads, n_q, d = q.shape
     n_k, d_v = v.shape[1], v.shape[2]
     threads = threads_for(2.0 * heads * n_q * n_k * (d + d_v))
@@ -472,7 +496,7 @@ def run(q, k, v, out, causal, scale):
         np.sign(scale), abs(scale) * LOG2_E if scale != 0 else 1.0,
     )], CALL)
     if not split_kv:
-        parallel_for(heads * n_query_tiles, threads, query_tile, call)
+        parallel_for(heads * n_query_tiles, threads, query_tile_task(q.dtype), call)
         return
-    parallel_for(heads * n_chunks, threads, key_chunk, call)
-    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge, call)
+    parallel_for(heads * n_chunks, threads, key_chunk_task(q.dtype), call)
+    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(q.dtype), call)
