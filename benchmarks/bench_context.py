@@ -41,7 +41,9 @@ BLAS_CALM_SECONDS = 0.3  # OpenBLAS's workers spin 2^28 cycles (0.1-0.15 s) afte
 BUSY_START_SECONDS = 0.02  # for the resumed busy process to be on a core again
 BLAS_SLEEPS_AFTER = "20"  # 2^20 cycles, ~0.4 ms: a layer's products still find the workers awake
 # The child that measures between_matmuls_blas_sleeps: this module, imported by its own name
-# from this process's sys.path, measuring between_matmuls.
+# (asv imports the suite as a package through an importer of its own, so the child gets
+# the package's parent folder on its path), measuring between_matmuls.
+SUITE_PATH = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *sys.path]
 CHILD = """
 import importlib, sys
 module, kernel, shape, baseline = sys.argv[1:]
@@ -131,7 +133,7 @@ class InContext(ThreadBudget):
         child = subprocess.run(
             [sys.executable, "-c", CHILD, __name__, self.record.name, shape, baseline],
             capture_output=True, text=True, timeout=self.timeout,
-            env={**os.environ, BLAS_SPIN_VARIABLE: BLAS_SLEEPS_AFTER, "PYTHONPATH": os.pathsep.join(sys.path)})
+            env={**os.environ, BLAS_SPIN_VARIABLE: BLAS_SLEEPS_AFTER, "PYTHONPATH": os.pathsep.join(SUITE_PATH)})
         if child.returncode != 0:
             raise RuntimeError(f"the {BLAS_SPIN_VARIABLE}={BLAS_SLEEPS_AFTER} child failed:\n{child.stderr[-2000:]}")
         return float(child.stdout.split()[-1])

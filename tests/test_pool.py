@@ -22,20 +22,22 @@ LOG = np.dtype([("log", np.intp), ("n_tasks", np.int64), ("spin", np.int64)])
 
 @cfunc(types.void(types.voidptr, types.int64, types.int32))
 def record_task(call_address, task, worker):
-    """log[task] = (worker + 1, times run); ``spin`` iterations of busy work first, so that
-    helpers have time to join."""
+    """log[task] = (worker + 1, times run); ``spin`` steps of a floating-point recurrence
+    first (which the compiler can neither vectorise nor fold), so that helpers have time
+    to join."""
     call = carray(call_address, 1, LOG)[0]
-    log = carray(address_as_voidptr(call.log), (call.n_tasks, 2), np.int64)
-    acc = 0
-    for i in range(call.spin):
-        acc += i % 7
-    log[task, 0] = worker + 1 + acc * 0
+    log = carray(address_as_voidptr(call.log), (call.n_tasks, 3), np.int64)
+    x = 1.0
+    for _ in range(call.spin):
+        x = x * 1.0000001 + 1e-9
+    log[task, 0] = worker + 1
     log[task, 1] += 1
+    log[task, 2] = x > 0  # keeps the recurrence
 
 
-def run_logged(n_tasks, n_threads, spin=20_000):
-    """Run ``record_task`` over the pool; its log (n_tasks, 2): worker + 1, runs."""
-    log = np.zeros((n_tasks, 2), np.int64)
+def run_logged(n_tasks, n_threads, spin=2_000):
+    """Run ``record_task`` over the pool; its log (n_tasks, 3): worker + 1, runs, 1."""
+    log = np.zeros((n_tasks, 3), np.int64)
     call = np.zeros(1, LOG)
     call["log"], call["n_tasks"], call["spin"] = log.ctypes.data, n_tasks, spin
     threads.parallel_for(n_tasks, n_threads, record_task, call)
@@ -54,7 +56,7 @@ def test_every_task_runs_once_on_a_worker_below_the_thread_count(n_tasks, n_thre
 
 
 def test_no_task_for_an_empty_loop():
-    assert run_logged(0, 2).shape == (0, 2)
+    assert run_logged(0, 2).shape == (0, 3)
 
 
 def test_helpers_never_outnumber_the_largest_budget_in_a_fresh_process():
@@ -128,5 +130,6 @@ def test_helpers_do_take_tasks():
     """The pool is a pool: within a few tries of a long loop a helper runs some of it."""
     if threads.available_cpus() < 2:
         pytest.skip("one CPU: a helper would only take turns with the caller")
-    tries = [run_logged(1000, 2) for _ in range(20)]
-    assert any((log[:, 0] == 2).any() for log in tries), "no helper ran a task in 20 loops of 1,000 tasks"
+    # each loop lasts ~20 ms, several scheduler ticks: a runnable helper gets a core in it
+    tries = [run_logged(1000, 2, spin=5_000) for _ in range(10)]
+    assert any((log[:, 0] == 2).any() for log in tries), "no helper ran a task in 10 loops of 1,000 tasks"
