@@ -14,9 +14,11 @@
      caller waits at the end only for tasks a helper has already started.  While it waits
      it first polls briefly, then sleeps, so that its core goes idle and the scheduler can
      move a preempted helper there to finish.
-   - After a loop, a helper polls for the next one for HELPER_SPIN_NS only, then sleeps:
-     long enough to serve the calls of one layer back to back, short enough to give the
-     core back to the BLAS pool before the next product needs it.
+   - A helper that finds itself on the caller's core yields instead of claiming: there it
+     would only take turns with the caller, and could hold a task the caller then waits for.
+   - After a loop, a helper polls for the next one for HELPER_SPIN_NS only, yielding its
+     core at each poll, then sleeps: long enough to serve calls made back to back, short
+     enough to give the core back to the BLAS pool before the next product needs it.
 
    A late helper can never run a task of another loop: the claim counter carries the loop's
    generation beside the next task index, and a claim is one compare-and-swap of both.  The
@@ -30,8 +32,6 @@
 #define _GNU_SOURCE
 #include "attention.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -58,6 +58,8 @@
 #ifndef POOL_MIN_FLOPS
 #define POOL_MIN_FLOPS 2e5
 #endif
+/* How long a caller whose own claims are done polls (yielding) for the helpers' last tasks
+   before it sleeps: a task that is running ends within this, a preempted one does not. */
 #ifndef CALLER_SPIN_NS
 #define CALLER_SPIN_NS 20000
 #endif

@@ -85,7 +85,7 @@ def budget():
 
 
 def set_budget(n_threads):
-    """Set the budget for BLAS, Numba and OpenMP alike; returns the previous one.
+    """Set the budget for BLAS and the pool alike; returns the previous one.
     ValueError unless ``n_threads`` is a whole number >= 1."""
     global _budget
     n_threads = _positive(n_threads, f"thread budget {n_threads!r}")
