@@ -31,7 +31,6 @@ SOURCES = [
 ]
 DEPENDS = [
     "csrc/attention.h",
-    "csrc/pool.h",
     "csrc/tile_ops.h",
     "csrc/flash_driver_template.h",
     "csrc/tile_ops_generic_template.h",

@@ -389,7 +389,7 @@ CALL = np.dtype([
     ("q", np.intp), ("k", np.intp), ("v", np.intp), ("out", np.intp),
     ("stats", np.intp), ("acc", np.intp),
     ("heads", np.int64), ("n_q", np.int64), ("n_k", np.int64), ("d", np.int64), ("d_v", np.int64),
-    ("n_query_tiles", np.int64), ("n_chunks", np.int64), ("causal", np.bool_),
+    ("n_query_tiles", np.int64), ("n_chunks", np.int64),
     ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
 ])
 TASK = types.void(types.voidptr, types.int64, types.int32)  # the pool's pool_task_fn
@@ -492,7 +492,7 @@ def run(q, k, v, out, causal, scale):
     # score (-inf) still weighs exp(-inf) = 0 rather than exp(-inf · 0) = NaN.
     call = np.array([(
         *map(address, (q, k, v, out, stats, acc)), heads, n_q, n_k, d, d_v, n_query_tiles, n_chunks,
-        causal, n_k - n_q if causal else n_k,  # query i sees keys j < i + 1 + offset
+        n_k - n_q if causal else n_k,  # offset: query i sees keys j < i + 1 + offset
         np.sign(scale), abs(scale) * LOG2_E if scale != 0 else 1.0,
     )], CALL)
     if not split_kv:
