@@ -9,7 +9,7 @@ SOURCES := setup.py pyproject.toml MANIFEST.in $(wildcard csrc/*.c csrc/*.h) csr
 .PHONY: help install bench report test verify list peers model clean sanitize
 
 help:
-	@echo "make bench   run the asv benchmarks, then write reports/ (QUICK=1, THREADS=n, BENCH=regex, RESUME=1)"
+	@echo "make bench   run the asv benchmarks, then write reports/ (QUICK=1, THREADS=n, BENCH=regex, RESUME=1, MACHINE=name)"
 	@echo "make report  rewrite reports/ from the asv results already in .asv/results"
 	@echo "make test    run the test suite"
 	@echo "make verify  every kernel against the float64 reference"
@@ -78,24 +78,36 @@ sanitize: build/sanitize/check_attention build/sanitize/check_pool
 # class at a time, each run adding to the commit's results file: Ctrl-C loses only the
 # class it stops, runs no more, and the report is still written from what finished.
 # RESUME=1 skips the benchmarks that already have results of this commit.
+# asv would name the machine after its hostname ("vm" on every VM here, so that different
+# CPUs' results would mix); it is named after its CPU and ISA instead (kernels/machine_id.py:
+# amd-epyc-avx2, intel-xeon-avx512, amd-epyc-avx512-bf16), or MACHINE=name.  After the
+# report, its newest results are kept in reports/machines/<name>/ (commit them): the
+# report's Machines section lays every machine kept there side by side.
 BENCH_REGEX := $(or $(BENCH),$(if $(QUICK),^(?!.*peakmem_)))
 ASV_ENV := ATTNBENCH_QUICK=$(if $(QUICK),1,0) $(if $(THREADS),ATTNBENCH_THREADS=$(THREADS))
 ASV_FLAGS := --python=same $(if $(QUICK),--quick) $(if $(RESUME),--skip-existing-successful)
 ASV_CLASSES := import sys; from kernels.report.results import benchmark_classes; print(*benchmark_classes(*sys.argv[1:]))
+MACHINE ?= $$($(PY) -m kernels.machine_id)
+# Before and after each class, half a second of a fixed workload (kernels/calibration.py):
+# the report marks the sections measured while the machine ran >10% under its best.
+CALIBRATE := $(PY) -m kernels.calibration
 bench: install
-	$(ASV) machine --yes > /dev/null
-	@status=0; interrupted=; trap 'interrupted=1' INT TERM; \
-	if $(ASV_ENV) $(ASV) run $(ASV_FLAGS) --bench just-discover; then \
+	$(ASV) machine --yes --machine "$(MACHINE)" > /dev/null
+	@status=0; interrupted=; trap 'interrupted=1' INT TERM; machine="$(MACHINE)"; \
+	if $(ASV_ENV) $(ASV) run $(ASV_FLAGS) --machine "$$machine" --bench just-discover; then \
 	  commit=$$(git rev-parse HEAD); \
 	  classes=$$($(PY) -c '$(ASV_CLASSES)' .asv/results '$(BENCH_REGEX)') || status=$$?; \
 	  [ -n "$$classes" ] || { echo "make bench: no benchmark matches '$(BENCH_REGEX)'" >&2; status=1; }; \
+	  calibration=.asv/results/$$machine/$$(echo $$commit | cut -c1-8)-calibration.jsonl; \
 	  for class in $$classes; do \
 	    [ -z "$$interrupted" ] || break; \
-	    $(ASV_ENV) $(ASV) run $(ASV_FLAGS) --set-commit-hash $$commit \
+	    $(CALIBRATE) $$calibration $$class before; \
+	    $(ASV_ENV) $(ASV) run $(ASV_FLAGS) --machine "$$machine" --set-commit-hash $$commit \
 	      --bench "^(?=$$class\.)"'(?=.*(?:$(BENCH_REGEX)))' || status=$$?; \
+	    $(CALIBRATE) $$calibration $$class after; \
 	  done; \
 	else status=$$?; fi; \
-	$(PY) -m kernels report --results .asv/results --out reports || status=$$?; \
+	$(PY) -m kernels report --results .asv/results --out reports --keep-machine "$$machine" || status=$$?; \
 	exit $$status
 
 report: install

@@ -10,8 +10,8 @@ from kernels.api import planned
 from kernels.costs import attention_flops
 from kernels.memory import peak_extra_bytes
 
-from .common import (KERNEL_NAMES, THREAD_COUNTS, ThreadBudget, check_fits, median_seconds, prepare,
-                     speedup_side_by_side)
+from .common import (KERNEL_NAMES, THREAD_COUNTS, ThreadBudget, check_fits, prepare, rate_samples,
+                     seconds_each, side_by_side)
 
 
 class _Attention(ThreadBudget):
@@ -89,7 +89,7 @@ class Threads(_Attention):
         self.flops = attention_flops(self.seq_len, self.seq_len, spec.HEAD_DIM, batch=self.batch)
 
     def track_gflops(self, kernel, threads):
-        return self.flops / median_seconds(self.call) / 1e9
+        return rate_samples(self.flops, self.call)
 
     track_gflops.unit = "GFLOP/s"
 
@@ -100,7 +100,7 @@ class NumpySpeedup(_Attention):
 
     params = [list(spec.TILED), [spec.NUMPY_SPEEDUP_SEQ_LEN]]
     param_names = ["kernel", "seq_len"]
-    dtype, rounds = spec.NUMPY_SPEEDUP_DTYPE, 5
+    dtype = spec.NUMPY_SPEEDUP_DTYPE
 
     def setup(self, kernel, seq_len):
         self.kernel = kernel
@@ -111,7 +111,7 @@ class NumpySpeedup(_Attention):
         kernels.attention(self.q, self.k, self.v, kernel="numpy")
 
     def track_speedup(self, kernel, seq_len):
-        return speedup_side_by_side(self.numpy_call, self.call, self.rounds)
+        return side_by_side(self.numpy_call, self.call, spec.NUMPY_SPEEDUP_ROUNDS)
 
     track_speedup.unit = "times"
 
@@ -142,6 +142,6 @@ class MemoryWall(_Attention):
     track_peak_extra_bytes.unit = "bytes"
 
     def track_seconds(self, kernel):
-        return median_seconds(self.call, repeats=1)
+        return seconds_each({"call": self.call}, repeats=1)["call"][0]
 
     track_seconds.unit = "seconds"

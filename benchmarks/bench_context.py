@@ -19,10 +19,11 @@ Shapes (float32): ``tiny``, one head at n = 64, d = 64, where a call's fixed cos
 
 Each round times three blocks of calls, each call on its own: alone (all threads, after a
 pause long enough for the BLAS workers of the last product to sleep), on one thread, and
-in the context.  A figure is the median over the rounds of the context block's median
-time ÷ the alone (or one-thread) block's, so that load coming and going between rounds
-falls on both.  ``naive`` is left out: pure Python is not what a model runs.
+in the context.  A figure is the median (and spread) over the rounds of the context
+block's median time ÷ the alone (or one-thread) block's, so that load coming and going
+between rounds falls on both.  ``naive`` is left out: pure Python is not what a model runs.
 """
+import json
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ import numpy as np
 
 import kernels
 from kernels import bench_spec as spec
+from kernels.spread import asv_samples
 from kernels.threads import BLAS_SPIN_VARIABLE
 
 from .common import ThreadBudget, check_runs, make_inputs
@@ -45,12 +47,12 @@ BLAS_SLEEPS_AFTER = "20"  # 2^20 cycles, ~0.4 ms: a layer's products still find 
 # the package's parent folder on its path), measuring between_matmuls.
 SUITE_PATH = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *sys.path]
 CHILD = """
-import importlib, sys
+import importlib, json, sys
 module, kernel, shape, baseline = sys.argv[1:]
 benchmark = importlib.import_module(module).InContext()
 benchmark.setup(kernel, shape, "between_matmuls")
 try:
-    print(benchmark._rounds(shape, "between_matmuls", baseline))
+    print(json.dumps(benchmark._rounds(shape, "between_matmuls", baseline)))
 finally:
     benchmark.teardown(kernel, shape, "between_matmuls")
 """
@@ -102,7 +104,8 @@ class InContext(ThreadBudget):
         return float(np.median(seconds))
 
     def _rounds(self, shape, context, baseline):
-        """Median over rounds of (context block ÷ ``baseline`` block): "alone" or "one_thread"."""
+        """``asv_samples`` of (context block ÷ ``baseline`` block) over the rounds; ``baseline``
+        is "alone" or "one_thread"."""
         if baseline == "one_thread" and not self.record.honours_budget:
             return float("nan")  # its pool cannot be held to one thread: no such time
         if context == "between_matmuls_blas_sleeps":
@@ -126,7 +129,7 @@ class InContext(ThreadBudget):
             else:
                 seconds = self._block(calls, between_matmuls=True)
             ratios.append(seconds / reference)
-        return float(np.median(ratios))
+        return asv_samples(ratios)
 
     def _in_child(self, shape, baseline):
         """``_rounds`` of between_matmuls in a child whose BLAS loads with BLAS_SLEEPS_AFTER."""
@@ -136,7 +139,7 @@ class InContext(ThreadBudget):
             env={**os.environ, BLAS_SPIN_VARIABLE: BLAS_SLEEPS_AFTER, "PYTHONPATH": os.pathsep.join(SUITE_PATH)})
         if child.returncode != 0:
             raise RuntimeError(f"the {BLAS_SPIN_VARIABLE}={BLAS_SLEEPS_AFTER} child failed:\n{child.stderr[-2000:]}")
-        return float(child.stdout.split()[-1])
+        return json.loads(child.stdout.splitlines()[-1])
 
     def track_over_alone(self, kernel, shape, context):
         return self._rounds(shape, context, "alone")

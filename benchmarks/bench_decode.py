@@ -10,7 +10,7 @@ n = 16,384 (at 65,536 it takes minutes per token: the fitted slope carries it on
 import kernels
 from kernels import bench_spec as spec
 
-from .common import KERNEL_NAMES, check_runs, make_inputs, median_seconds
+from .common import KERNEL_NAMES, check_runs, make_inputs, rate_samples
 
 
 class _Prefix:
@@ -48,8 +48,8 @@ class CachedDecode(_CachedStep):
         self.token()
 
     def track_cache_read_gbytes_per_second(self, kernel, seq_len):
-        """Bytes of the cached keys and values over the median time of a step."""
-        return self.cache.nbytes / median_seconds(self.token, repeats=9) / 1e9
+        """Bytes of the cached keys and values over the time of a step (9 steps)."""
+        return rate_samples(self.cache.nbytes, self.token, repeats=9)
 
     track_cache_read_gbytes_per_second.unit = "GB/s"
 

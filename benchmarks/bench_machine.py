@@ -1,12 +1,14 @@
-"""The machine's ceiling and the suite's fixed costs, measured in the same run.
+"""The machine's ceilings and the suite's fixed costs, measured in the same run.
 
-sgemm/dgemm throughput of the installed BLAS (what a kernel doing 4·n²·d flops
-could hope for), copy bandwidth and streaming-read bandwidth (what a decoding step,
+The FMA peak per precision (the compute roof no kernel passes), sgemm/dgemm throughput of
+the installed BLAS, named (what a kernel doing 4·n²·d flops in matrix products could hope
+for), copy bandwidth and streaming-read bandwidth (what a decoding step,
 which reads the KV cache once, could hope for), the thread budget every kernel ran
 with, and the start-up costs: ``import kernels``, Numba's first compile, a cached first
 call.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,40 +18,78 @@ import numba
 import numpy as np
 
 import kernels
+from kernels import bench_spec as spec
+from kernels import ceilings
+from kernels.spread import asv_samples
 
-from .common import median_seconds
+from .common import THREAD_COUNTS, ThreadBudget, rate_samples
+
+
+class Ceilings(ThreadBudget):
+    """The compute roof: the FMA peak (``kernels.ceilings``, csrc/fma_peak.c) of the best ISA
+    this CPU runs, per precision, on one thread and on the whole budget."""
+
+    params = [list(spec.DTYPES), THREAD_COUNTS]
+    param_names = ["dtype", "threads"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 300
+
+    def setup(self, dtype, threads):
+        self.use_threads(threads)
+
+    def track_fma_peak_gflops(self, dtype, threads):
+        return asv_samples(ceilings.fma_peak_gflops(dtype, threads, repeats=7))
+
+    track_fma_peak_gflops.unit = "GFLOP/s"
+
+
+class Blas:
+    """Which BLAS NumPy runs: its one parameter names it (library, version, threading, the
+    core kernels it runs and any variable forcing them), so that the results say which BLAS
+    the gemm figures are of.  ``track_sgemm_gflops_unforced``: sgemm in a child whose
+    environment drops the forcing variables, the BLAS's own choice (NaN, at no cost, when
+    nothing forces it: then ``Machine.track_sgemm_gflops`` is that figure)."""
+
+    params = [[ceilings.blas_summary()]]
+    param_names = ["blas"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 300
+
+    def track_threads(self, blas):
+        return ceilings.blas()["num_threads"]
+
+    track_threads.unit = "threads"
+
+    def track_sgemm_gflops_unforced(self, blas):
+        unforced = ceilings.gemm_gflops_unforced("float32")
+        return math.nan if unforced is None else asv_samples(unforced[0])
+
+    track_sgemm_gflops_unforced.unit = "GFLOP/s"
 
 
 class Machine:
+    """sgemm and dgemm of NumPy's BLAS on a 2048² product (``Blas`` names it), copy and
+    streaming-read bandwidth, the thread budget."""
+
     rounds = 1
     timeout = 300
 
     def setup(self):
-        rng = np.random.default_rng(0)
-        self.gemm_n = 2048
-        self.a32 = rng.standard_normal((self.gemm_n, self.gemm_n), dtype=np.float32)
-        self.a64 = self.a32.astype(np.float64)
         self.src = np.ones(2**26)  # 512 MiB, far beyond the caches
         self.dst = np.empty_like(self.src)
 
-    def _gemm_gflops(self, a):
-        np.dot(a, a)  # warm-up: threads, pages
-        return 2.0 * self.gemm_n**3 / median_seconds(lambda: np.dot(a, a), repeats=5) / 1e9
-
     def track_sgemm_gflops(self):
-        return self._gemm_gflops(self.a32)
+        return asv_samples(ceilings.gemm_gflops("float32"))
 
     track_sgemm_gflops.unit = "GFLOP/s"
 
     def track_dgemm_gflops(self):
-        return self._gemm_gflops(self.a64)
+        return asv_samples(ceilings.gemm_gflops("float64"))
 
     track_dgemm_gflops.unit = "GFLOP/s"
 
     def track_memory_bandwidth(self):
         """Copy bandwidth, one thread: bytes read plus bytes written per second."""
         np.copyto(self.dst, self.src)
-        return 2.0 * self.src.nbytes / median_seconds(lambda: np.copyto(self.dst, self.src), repeats=5) / 1e9
+        return rate_samples(2.0 * self.src.nbytes, lambda: np.copyto(self.dst, self.src))
 
     track_memory_bandwidth.unit = "GB/s"
 
@@ -59,7 +99,7 @@ class Machine:
         numba.set_num_threads(min(kernels.threads.budget(), numba.config.NUMBA_NUM_THREADS))
         parts = kernels.threads.budget()
         _parallel_sum(self.src, parts)  # warm-up: compile, pages
-        return self.src.nbytes / median_seconds(lambda: _parallel_sum(self.src, parts), repeats=5) / 1e9
+        return rate_samples(self.src.nbytes, lambda: _parallel_sum(self.src, parts))
 
     track_read_bandwidth.unit = "GB/s"
 

@@ -13,8 +13,9 @@ import numpy as np
 import kernels
 from kernels import bench_spec as spec
 from kernels.layers.multi_head import merge_heads, multi_head_projections
+from kernels.spread import asv_samples
 
-from .common import KERNEL_NAMES, check_runs, median_seconds_each, speedup_side_by_side
+from .common import KERNEL_NAMES, check_runs, seconds_each, side_by_side
 
 
 def load_model():
@@ -53,8 +54,9 @@ class ModelLayer:
             part()
 
     def track_attention_share(self, kernel, seq_len):
-        seconds = median_seconds_each(self.parts, self.repeats)
-        return seconds["attention"] / sum(seconds.values())
+        seconds = seconds_each(self.parts, self.repeats)
+        layer = [sum(parts) for parts in zip(*seconds.values())]  # each repeat's three parts
+        return asv_samples(attention / total for attention, total in zip(seconds["attention"], layer))
 
     track_attention_share.unit = "fraction"
 
@@ -96,6 +98,6 @@ class ModelForwardOverNumpy:
         self.numpy_pass(), self.kernel_pass()  # warm-up
 
     def track_time_over_numpy(self, kernel, seq_len):
-        return 1 / speedup_side_by_side(self.numpy_pass, self.kernel_pass, spec.MODEL_OVER_NUMPY_ROUNDS[seq_len])
+        return side_by_side(self.kernel_pass, self.numpy_pass, spec.MODEL_OVER_NUMPY_ROUNDS[seq_len])
 
     track_time_over_numpy.unit = "times"

@@ -3,7 +3,7 @@
 Each (peer, kernel, shape, threads, dtype) is one asv sample in a process of its own
 (asv runs every parameter combination in a fresh process), so a peer's thread pool,
 still spinning after its call, never steals from another peer's measurement; within the
-process the peer's call and ours alternate (``speedup_side_by_side``).  The shapes
+process the peer's call and ours alternate (``side_by_side``).  The shapes
 (``kernels.bench_spec``): 8 heads at the headline n, full and causal; one new token's
 query against a KV cache of 65,536 tokens (decode); one head at n = 64 (a tiny call,
 where the fixed cost shows).  A peer that is not installed, that declares it does not
@@ -13,7 +13,7 @@ the reason.
 import kernels
 from kernels import bench_spec as spec
 
-from .common import THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, speedup_side_by_side
+from .common import THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, side_by_side
 
 
 class PeerSpeedup(ThreadBudget):
@@ -48,6 +48,6 @@ class PeerSpeedup(ThreadBudget):
         return lambda: kernels.attention(q, k, v, kernel=name, causal=causal)
 
     def track_speedup(self, peer, kernel, shape, threads, dtype):
-        return speedup_side_by_side(self.peer_call, self.call, spec.PEER_ROUNDS[shape])
+        return side_by_side(self.peer_call, self.call, spec.PEER_ROUNDS[shape])
 
     track_speedup.unit = "times"

@@ -12,6 +12,7 @@ import numpy as np
 import kernels
 from kernels.api import check_resources, validate
 from kernels.bench_spec import HEAD_DIM
+from kernels.spread import asv_samples
 
 KERNEL_NAMES = list(kernels.KERNELS)
 THREAD_COUNTS = sorted({1, kernels.threads.available_cpus()})  # one thread, and every CPU
@@ -78,11 +79,12 @@ def check_runs(kernel, q, k, v, causal=False):
     check_fits(kernel, validate(q, k, v, causal))
 
 
-def speedup_side_by_side(baseline, candidate, rounds):
-    """Median over ``rounds`` of (baseline's time ÷ candidate's time), the two calls made
-    back to back, first one and then the other going first.  On a shared machine the load
-    comes and goes within seconds; timed side by side, both calls see the same load, while
-    a ratio of two separately benchmarked times compares two different moments."""
+def side_by_side(baseline, candidate, rounds):
+    """``asv_samples`` of (baseline's time ÷ candidate's time) in each of ``rounds`` rounds,
+    the two calls made back to back, first one and then the other going first.  On a
+    shared machine the load comes and goes within seconds; timed side by side, both calls
+    see the same load, while a ratio of two separately benchmarked times compares two
+    different moments.  asv records the rounds' median and spread."""
     calls = [("baseline", baseline), ("candidate", candidate)]
     ratios = []
     for round_ in range(rounds):
@@ -92,11 +94,11 @@ def speedup_side_by_side(baseline, candidate, rounds):
             call()
             seconds[name] = time.perf_counter() - start
         ratios.append(seconds["baseline"] / seconds["candidate"])
-    return float(np.median(ratios))
+    return asv_samples(ratios)
 
 
-def median_seconds_each(calls, repeats):
-    """{name: median wall time} of the ``calls`` ({name: call}), called in turn ``repeats``
+def seconds_each(calls, repeats):
+    """{name: wall times} of the ``calls`` ({name: call}), called in turn ``repeats``
     times, so that a shared machine's changing load falls on all of them alike."""
     seconds = {name: [] for name in calls}
     for _ in range(repeats):
@@ -104,14 +106,10 @@ def median_seconds_each(calls, repeats):
             start = time.perf_counter()
             call()
             seconds[name].append(time.perf_counter() - start)
-    return {name: float(np.median(times)) for name, times in seconds.items()}
+    return seconds
 
 
-def median_seconds(call, repeats=3):
-    """Median wall time of ``repeats`` calls of ``call()`` (for track_ benchmarks)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+def rate_samples(amount, call, repeats=5):
+    """``asv_samples`` of ``amount`` ÷ seconds ÷ 10⁹ (GFLOP/s, GB/s) over ``repeats`` timed
+    calls of ``call()`` (for track_ benchmarks: asv records their median and spread)."""
+    return asv_samples(amount / seconds / 1e9 for seconds in seconds_each({"call": call}, repeats)["call"])

@@ -23,6 +23,7 @@ MODULE_NAME = "kernels._attention_c"
 SOURCES = [
     "csrc/attention.c",
     "csrc/pool.c",
+    "csrc/fma_peak.c",
     "csrc/tile_ops_generic.c",
     "csrc/tile_ops_avx2_f32.c",
     "csrc/tile_ops_avx2_f64.c",

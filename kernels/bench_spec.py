@@ -38,6 +38,7 @@ THREADS_DTYPE = "float32"
 # left the caches.
 NUMPY_SPEEDUP_SEQ_LEN = 2048 if QUICK else 8192
 NUMPY_SPEEDUP_DTYPE = "float32"
+NUMPY_SPEEDUP_ROUNDS = 7
 
 # MemoryWall: one head, float64, causal, at an n where numpy's n x n scores (32 GiB)
 # cannot exist on this machine.
@@ -117,6 +118,9 @@ PEER_SPEEDUP = Benchmark("bench_peers.PeerSpeedup.track_speedup",
 NUMPY_SPEEDUP = Benchmark("bench_attention.NumpySpeedup.track_speedup", ("kernel", "seq_len"))
 WALL_MEMORY = Benchmark("bench_attention.MemoryWall.track_peak_extra_bytes", ("kernel",))
 WALL_SECONDS = Benchmark("bench_attention.MemoryWall.track_seconds", ("kernel",))
+FMA_PEAK = Benchmark("bench_machine.Ceilings.track_fma_peak_gflops", ("dtype", "threads"))
+BLAS_THREADS = Benchmark("bench_machine.Blas.track_threads", ("blas",))
+SGEMM_UNFORCED = Benchmark("bench_machine.Blas.track_sgemm_gflops_unforced", ("blas",))
 SGEMM = Benchmark("bench_machine.Machine.track_sgemm_gflops")
 DGEMM = Benchmark("bench_machine.Machine.track_dgemm_gflops")
 BANDWIDTH = Benchmark("bench_machine.Machine.track_memory_bandwidth")
@@ -142,6 +146,7 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
-              READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY)
+              READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
+              BLAS_THREADS, SGEMM_UNFORCED)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}

@@ -160,10 +160,13 @@ def _kernels_unable(names, args, dtype):
 
 
 def cmd_report(args):
-    from .report import write_report  # matplotlib only when a report is asked for
+    from .report import keep_machine, write_report  # matplotlib only when a report is asked for
 
     # no results, or a malformed file: ValueError or OSError, one line from main
-    print(f"wrote {write_report(args.results, _output_folder(args.out))}")
+    out = _output_folder(args.out)
+    print(f"wrote {write_report(args.results, out)}")
+    if args.keep_machine:
+        print(f"kept {keep_machine(args.results, out, args.keep_machine)}")
     return 0
 
 
@@ -235,6 +238,11 @@ def _parser():
     report = sub.add_parser("report", help="REPORT.md, plots and CSV from asv's results")
     report.add_argument("--results", default=".asv/results", help="asv results folder")
     report.add_argument("--out", default="reports", help="where REPORT.md, PNGs and CSVs go")
+    report.add_argument("--keep-machine", metavar="NAME",
+                        help="after the report, keep machine NAME's newest results file and its machine.json "
+                             "in OUT/machines/NAME/ (replacing its older results file there; the suite's "
+                             "benchmarks.json in OUT/machines/), so that later reports, on any machine, lay it "
+                             "beside the others in a Machines section (make bench does this)")
     report.set_defaults(func=cmd_report)
     explain = sub.add_parser("explain", help="figures of attention and a README.md that reads them")
     explain.add_argument("--out", required=True, help="where README.md and the PNGs go")

@@ -8,6 +8,7 @@ The benchmarks, the report and the CLI all count with these, so that a GFLOP/s f
 means the same thing wherever it is printed.
 """
 from .registry import KERNELS
+from .spread import quotient
 
 
 def attention_flops(n_q, n_k, head_dim, head_dim_v=None, batch=1, causal=False):
@@ -23,8 +24,9 @@ def attention_flops(n_q, n_k, head_dim, head_dim_v=None, batch=1, causal=False):
 
 
 def gflops(seconds, n_q, n_k, head_dim, head_dim_v=None, batch=1, causal=False):
-    """Throughput of a call that took ``seconds`` (NaN in, NaN out)."""
-    return attention_flops(n_q, n_k, head_dim, head_dim_v, batch, causal) / seconds / 1e9
+    """Throughput of a call that took ``seconds`` (NaN in, NaN out; a ``spread.Measured``
+    time gives a Measured throughput, its quartiles swapped over)."""
+    return quotient(attention_flops(n_q, n_k, head_dim, head_dim_v, batch, causal) / 1e9, seconds)
 
 
 def largest_fitting_seq_len(kernel, itemsize, memory_bytes, head_dim, causal=False):

@@ -85,10 +85,11 @@ def test_peer_speedup_measures_an_installed_peer(bench_modules, shape):
     params = (installed[0], "c_tiled", shape, 1, "float32")
     try:
         benchmark.setup(*params)
-        ratio = benchmark.track_speedup(*params)
+        ratios = benchmark.track_speedup(*params)
     finally:
         benchmark.teardown(*params)
-    assert np.isfinite(ratio) and ratio > 0
+    assert ratios["number"] == 1 and len(ratios["samples"]) == bench_spec.PEER_ROUNDS[shape]
+    assert all(np.isfinite(r) and r > 0 for r in ratios["samples"]), ratios
     assert kernels.threads.budget() == budget
 
 
@@ -102,10 +103,12 @@ def test_in_context_measures_and_ends_its_busy_process(bench_modules, monkeypatc
     params = ("c_tiled", "tiny", context)
     try:
         benchmark.setup(*params)
-        ratios = benchmark.track_over_alone(*params), benchmark.track_over_one_thread(*params)
+        alone, one_thread = benchmark.track_over_alone(*params), benchmark.track_over_one_thread(*params)
     finally:
         benchmark.teardown(*params)
-    assert all(np.isfinite(r) and r > 0 for r in ratios), ratios
+    # a round each (the BLAS-sleeps child, a fresh process, runs the spec's rounds)
+    ratios = alone["samples"] + one_thread["samples"]
+    assert alone["samples"] and one_thread["samples"] and all(np.isfinite(r) and r > 0 for r in ratios), ratios
     if context == "busy_process":
         assert benchmark.busy.poll() is not None, "the busy process outlived the benchmark"
     assert kernels.threads.budget() == budget
@@ -125,3 +128,48 @@ def test_a_peer_sizing_its_own_threads_skips_below_every_cpu(bench_modules, monk
     benchmark.use_threads(kernels.threads.available_cpus(), "own_threads")  # every CPU: taken
     benchmark.teardown()
     assert kernels.threads.budget() == budget
+
+
+ASV_SAMPLES_SUITE = """
+from kernels.spread import asv_samples
+
+def track_ratio():
+    return asv_samples([1.0, 2.0, 3.0, 4.0, 5.0])
+
+track_ratio.unit = "times"
+track_ratio.rounds = 1
+
+def time_sleep():
+    import time
+    time.sleep(0.001)
+
+time_sleep.repeat, time_sleep.number, time_sleep.rounds = 3, 1, 1
+"""
+
+
+def test_asv_records_the_spread_of_a_track_benchmark_and_the_report_reads_it(tmp_path):
+    """The suite's ratios and throughputs keep their rounds' spread through asv itself: a
+    track_ benchmark returning ``asv_samples`` is stored with quartiles, which the results
+    reader turns into a Measured (asv's quantiles of 1..5: 2, 3, 4)."""
+    from kernels.report.results import load_latest_run
+    from kernels.spread import Measured
+
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "__init__.py").write_text("")
+    (tmp_path / "suite" / "bench_spread.py").write_text(ASV_SAMPLES_SUITE)
+    (tmp_path / "asv.conf.json").write_text(
+        '{"version": 1, "project": "spread", "repo": ".", "benchmark_dir": "suite", '
+        '"results_dir": "results", "html_dir": "html", "environment_type": "existing"}')
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                    "-m", "x"], cwd=tmp_path, check=True)
+    asv = [str(pathlib.Path(sys.executable).parent / "asv"), "--config", str(tmp_path / "asv.conf.json")]
+    subprocess.run([*asv, "machine", "--yes", "--machine", "box"], cwd=tmp_path, check=True, capture_output=True)
+    result = subprocess.run([*asv, "run", "--python=same", "--set-commit-hash", "HEAD"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = load_latest_run(tmp_path / "results")
+    ratio = run.value("bench_spread.track_ratio")
+    assert isinstance(ratio, Measured) and (float(ratio), ratio.low, ratio.high, ratio.n) == (3.0, 2.0, 4.0, 5)
+    sleep = run.value("bench_spread.time_sleep")
+    assert isinstance(sleep, Measured) and sleep.n == 3 and sleep.low <= sleep <= sleep.high

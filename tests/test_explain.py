@@ -1,5 +1,6 @@
 """``python -m kernels explain``: the page, its figures, and the seed's 4-token example
 held to numbers worked out by hand."""
+import dataclasses
 import math
 import re
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 
 from kernels import analyse_attention, cli
+from kernels.layers.retrieval import LOADED_BELOW, retrieval_cost, soft_vs_hard
 from kernels.viz import explain
 
 # The seed's §11.1.7 test: X = [[1, 0], [0, 1], [1, 1], [0.5, 0.5]] (The, cat, sat, mat) and
@@ -110,3 +112,58 @@ def test_unknown_kernel_exits_2_and_names_the_known_ones(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "bogus" in error and "c_tiled" in error
     assert not (tmp_path / "page").exists()
+
+
+LOAD_NOTICE = "**Measured under load"
+
+
+def timing_rows(text):
+    """The cells of the retrieval-cost table's rows in ``text``."""
+    start = text.index("| stored items N |")
+    lines = text[start:].split("\n\n")[0].splitlines()[2:]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+
+
+def test_page_shows_the_timings_spread_and_says_if_they_were_loaded(page):
+    """Every timed figure carries its ± spread; the notice stands on the page when a row's
+    "had a core" share is below the rule's threshold and not when all are above it (whatever
+    the load was today)."""
+    rows = timing_rows(section(page, 7))
+    assert len(rows) == 4
+    seconds_with_spread = re.compile(r"\S+ [nµm]?s ±\d+%")  # "23.1 µs ±4%"
+    for n, lookup, attention, ratio, _ in rows:
+        assert seconds_with_spread.fullmatch(lookup) and seconds_with_spread.fullmatch(attention), (n, lookup,
+                                                                                                   attention)
+        assert "±" in ratio
+    # "n/a" where the system does not report the share; a share printed as 90% may be 0.895:
+    # only shares clear of the threshold decide
+    shares = [float(row[-1].rstrip("%")) / 100 for row in rows if row[-1] != "n/a"]
+    if all(share >= LOADED_BELOW + 0.005 for share in shares):
+        assert LOAD_NOTICE not in page
+    if any(share < LOADED_BELOW - 0.005 for share in shares):
+        assert LOAD_NOTICE in page
+
+
+@pytest.fixture(scope="module")
+def small_retrieval():
+    """A small soft-vs-hard experiment and a small timing: section 7 in a second."""
+    return (soft_vs_hard(n_items=50, dim=16, n_queries=20, temperatures=(1.0, 0.1, 0.01)),
+            retrieval_cost(sizes=(100, 400), dim=16, n_queries=4, repeats=3))
+
+
+@pytest.mark.parametrize("cpu_share, loaded", [((0.98, 0.95), False), ((0.97, 0.62), True)])
+def test_section_7_says_when_the_timings_were_measured_under_load(monkeypatch, tmp_path, small_retrieval,
+                                                                   cpu_share, loaded):
+    result, cost = small_retrieval
+    cost = dataclasses.replace(cost, cpu_share=np.array(cpu_share))
+    monkeypatch.setattr(explain, "soft_vs_hard", lambda **_: result)
+    monkeypatch.setattr(explain, "retrieval_cost", lambda **_: cost)
+    text = explain._retrieval_section(tmp_path, "c_tiled", 0)
+    assert (LOAD_NOTICE in text) is loaded
+    share_range = f"{min(cpu_share):.0%}–{max(cpu_share):.0%}"
+    assert f"had a core {share_range} of the time they were ready to run" in text
+    assert (f"at or above the {LOADED_BELOW:.0%} under which" in text) is not loaded
+    assert [row[-1] for row in timing_rows(text)] == [f"{share:.0%}" for share in cpu_share]
+    for row, lookup, attention in zip(timing_rows(text), cost.hash_seconds, cost.attention_seconds):
+        assert row[1].endswith(f"±{lookup.relative_spread / 2:.0%}")
+        assert row[2].endswith(f"±{attention.relative_spread / 2:.0%}")

@@ -3,18 +3,24 @@
 The claims the experiment makes, asserted on a small seeded store: exact match fails
 under any noise, attention does not; soft retrieval never beats the nearest-key lookup
 and becomes it as T → 0; cooling focuses the weights monotonically.  Timings are only
-checked for shape and sign: this machine's load is not the code's property.
+checked for shape, sign and spread: this machine's load is not the code's property.  The
+under-load rule is held to scheduler counts the test makes up, never to the real load.
 """
 import dataclasses
+import itertools
 import math
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 
 from kernels.harness import FLOAT64_BUDGET
-from kernels.layers.retrieval import AGREEMENT_LEVEL, retrieval_cost, soft_vs_hard
+from kernels.layers import retrieval
+from kernels.layers.retrieval import AGREEMENT_LEVEL, LOADED_BELOW, retrieval_cost, soft_vs_hard
+from kernels.spread import Measured
 from kernels.viz import retrieval as retrieval_plots
 
 N_ITEMS, DIM, N_QUERIES = 200, 32, 100
@@ -127,18 +133,85 @@ def test_bad_arguments_raise_value_error(overrides):
         small_experiment(**overrides)
 
 
+SMALL_COST = dict(sizes=(100, 400), dim=16, n_queries=4, repeats=3)
+
+
 def test_retrieval_cost_shapes():
-    cost = retrieval_cost(sizes=(100, 400), dim=16, n_queries=4, repeats=2)
-    for field in ("hash_seconds", "attention_seconds", "attention_flops"):
-        values = getattr(cost, field)
-        assert values.shape == (2,), field
-        assert np.all(np.isfinite(values) & (values > 0)), field
+    cost = retrieval_cost(**SMALL_COST)
+    for field in ("hash_seconds", "attention_seconds"):
+        figures = getattr(cost, field)
+        assert len(figures) == 2, field
+        for figure in figures:
+            assert isinstance(figure, Measured) and figure.n == SMALL_COST["repeats"], field
+            assert 0 < figure.low <= figure <= figure.high, field
+    assert cost.cpu_share.shape == (2,)
     np.testing.assert_array_equal(cost.attention_flops, [4 * 100 * 16, 4 * 400 * 16])
     assert cost.hashed_bytes == 16 * 8
 
 
+def fake_scheduler(monkeypatch, waiting_per_running, threads=(1,)):
+    """Replace the scheduler's counts with made-up ones: at every reading each of ``threads``
+    has run 1 ms more and queued ``waiting_per_running`` ms more (real time plays no part)."""
+    readings = itertools.count(1)
+
+    def scheduled_times():
+        reading = next(readings)
+        return {thread: (reading * 1_000_000, round(reading * 1_000_000 * waiting_per_running))
+                for thread in threads}
+    monkeypatch.setattr(retrieval, "scheduled_times", scheduled_times)
+
+
+@pytest.mark.parametrize("waiting_per_running, share, under_load", [
+    (0.0, 1.0, False),                 # never queued: an idle machine
+    (0.05, 1 / 1.05, False),           # queued 5% as long as it ran: above the threshold
+    (1.0, 0.5, True),                  # as long on the queue as on a core: another process had it half the time
+    (9.0, 0.1, True),
+])
+def test_under_load_is_the_share_of_ready_time_on_a_core(monkeypatch, waiting_per_running, share, under_load):
+    fake_scheduler(monkeypatch, waiting_per_running, threads=(1, 2))
+    cost = retrieval_cost(**SMALL_COST)
+    np.testing.assert_allclose(cost.cpu_share, share, rtol=1e-6)
+    assert cost.load_known
+    assert cost.under_load is under_load
+    assert (share < LOADED_BELOW) is under_load
+
+
+def test_one_loaded_size_is_enough():
+    cost = retrieval_cost(**SMALL_COST)
+    assert dataclasses.replace(cost, cpu_share=np.array([0.99, LOADED_BELOW - 0.01])).under_load
+    assert not dataclasses.replace(cost, cpu_share=np.array([0.99, LOADED_BELOW])).under_load
+
+
+def test_threads_that_start_or_end_while_timing(monkeypatch):
+    """A thread that starts counts from zero; one that ends drops out (its counts go with it)."""
+    readings = iter([{1: (0, 0), 2: (5_000_000, 5_000_000)},   # 2 ends before the next reading
+                     {1: (1_000_000, 0), 3: (1_000_000, 2_000_000)}])  # 3 started meanwhile
+    monkeypatch.setattr(retrieval, "scheduled_times", lambda: next(readings))
+    seconds, running, waiting = retrieval._timed_after_warm_up(lambda: 1e-6, repeats=2)
+    assert seconds == [1e-6, 1e-6]
+    assert (running, waiting) == (2_000_000, 2_000_000)
+
+
+def test_without_schedstats_the_load_is_unknown(monkeypatch):
+    monkeypatch.setattr(retrieval, "scheduled_times", dict)
+    cost = retrieval_cost(**SMALL_COST)
+    assert np.all(np.isnan(cost.cpu_share))
+    assert not cost.load_known and not cost.under_load
+    assert "unknown" in retrieval_plots.load_text(cost)
+
+
+@pytest.mark.skipif(not retrieval.scheduled_times(), reason="no /proc/self/task/*/schedstat here")
+def test_schedstat_counts_this_thread():
+    before = retrieval.scheduled_times()
+    sum(range(2_000_000))  # some CPU time on this thread (tens of ms) ...
+    time.sleep(0.01)        # ... and a switch off the CPU, at which Linux adds it to the count
+    after = retrieval.scheduled_times()
+    me = threading.get_native_id()
+    assert after[me][0] > before[me][0] and after[me][1] >= before[me][1]
+
+
 def test_figures_are_png(result, tmp_path, assert_png):
-    cost = retrieval_cost(sizes=(100, 400, 1600), dim=16, n_queries=4, repeats=2)
+    cost = retrieval_cost(sizes=(100, 400, 1600), dim=16, n_queries=4, repeats=3)
     for path in (retrieval_plots.plot_soft_vs_hard(result, tmp_path / "soft_vs_hard.png"),
                  retrieval_plots.plot_retrieval_cost(cost, tmp_path / "retrieval_cost.png")):
         assert_png(path, min_bytes=20_000)  # fewer bytes than labelled axes and lines take

@@ -36,9 +36,10 @@ monotonically between the two (exactly, per query: d H/d(1/T) = −Var_w(s)/T �
 
     result = soft_vs_hard(n_items=1000, dim=64, noise_levels=(0.0, 0.1, 0.5, 1.0, 2.0))
     cost = retrieval_cost(sizes=(1_000, 4_000, 16_000, 64_000))   # seconds per query
+    cost.under_load                                               # True: not the cost, the load
 """
 import math
-import statistics
+import os
 import time
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ import numpy as np
 
 from ..api import attention
 from ..costs import attention_flops
+from ..spread import measured
 from ..threads import budget as thread_budget
 from .analysis import attention_entropy
 from .similarity import ROW_BLOCK_BYTES, attention_weights
@@ -56,6 +58,16 @@ from .similarity import ROW_BLOCK_BYTES, attention_weights
 DEFAULT_TEMPERATURES = np.geomspace(10.0, 1e-3, 41)
 DECODING_RADIUS = math.sqrt(2) / 2  # half the distance between two one-hot values
 AGREEMENT_LEVEL = 0.99              # agreement_temperature: agreement on 99% of queries
+# RetrievalCost.under_load: at some N the process's threads had a core for less than this
+# share of the time they were ready to run: time on a CPU ÷ (time on a CPU + time queued for
+# one), from Linux's per-thread schedstat.  On an idle machine a thread queues only while it
+# wakes, microseconds against the milliseconds timed, so the share stays near 1; beside a
+# benchmark and two test runs on this 2-core machine it read 0.26-0.34.  Below 0.9 more than
+# a tenth of the ready time went to other work, and a call that waits for its slowest
+# thread loses far more than a tenth: the figures are the load's, not the code's.  CPU time
+# ÷ wall time would say the same only given the threads a call keeps busy, which the kernel
+# decides (the pool's size threshold, its split-KV chunks, a BLAS); the share needs no count.
+LOADED_BELOW = 0.9
 
 
 @dataclass(frozen=True)
@@ -140,22 +152,36 @@ def soft_vs_hard(*, n_items=1000, dim=64, noise_levels=(0.0, 0.1, 0.5, 1.0, 2.0)
 
 @dataclass(frozen=True)
 class RetrievalCost:
-    """Seconds per query of a dict lookup and of attention against the store's size N."""
+    """Seconds per query of a dict lookup and of attention against the store's size N, and
+    whether the machine let the process run while they were timed."""
 
     sizes: np.ndarray              # (S,) N, number of stored items
     dim: int                       # d of keys and values
     n_queries: int                 # queries per timed batch
-    repeats: int                   # timings per size; the median is kept
+    repeats: int                   # timed batches per figure, after one warm-up
     kernel: str                    # the attention kernel timed
     threads: int                   # the thread budget the kernel ran under (the dict: one)
     seed: int
-    hash_seconds: np.ndarray       # (S,) per query, median: hash the query's bytes, probe
-    attention_seconds: np.ndarray  # (S,) per query, median: one batched call / n_queries
+    hash_seconds: tuple            # (S,) spread.Measured per query over the repeats: hash the query's bytes, probe
+    attention_seconds: tuple       # (S,) spread.Measured per query: one batched call / n_queries
+    cpu_share: np.ndarray          # (S,) over N's timed repeats, the process's threads' time on a core ÷ time
+                                   #   ready to run (on a core or queued for one); NaN where Linux does not say
     hashed_bytes: int              # bytes hashed per dict lookup, d·8: independent of N
     attention_flops: np.ndarray    # (S,) per query, 4·N·d (kernels.costs.attention_flops)
 
+    @property
+    def load_known(self):
+        """True when every size's ``cpu_share`` was measured (Linux schedstats)."""
+        return bool(np.all(np.isfinite(self.cpu_share)))
 
-def retrieval_cost(*, sizes=(1_000, 4_000, 16_000, 64_000), dim=64, n_queries=64, repeats=5, seed=0,
+    @property
+    def under_load(self):
+        """True when at some N the threads had a core for less than LOADED_BELOW of the time
+        they were ready to run: the figures are the machine's load, not the code's cost."""
+        return bool(np.any(self.cpu_share < LOADED_BELOW))
+
+
+def retrieval_cost(*, sizes=(1_000, 4_000, 16_000, 64_000), dim=64, n_queries=64, repeats=9, seed=0,
                    kernel="c_tiled"):
     """Time the two ends of §11.1.5's table: O(1) hash lookup against O(N) attention.
 
@@ -165,11 +191,14 @@ def retrieval_cost(*, sizes=(1_000, 4_000, 16_000, 64_000), dim=64, n_queries=64
     lookup is timed query by query, each hashing a fresh bytes object (Python caches a
     bytes object's hash, so reused keys would time the probe alone); attention is one
     ``kernels.attention`` call on (1, n_queries, d) against (1, N, d), divided by
-    n_queries.  One warm-up of each first, then the median of ``repeats``.  Measured,
-    never asserted: the machine's other load shows in the numbers.
+    n_queries.  One warm-up of each first, then ``repeats`` timed batches: each figure is
+    their ``spread.Measured`` (median and quartiles), and ``cpu_share`` says how much of
+    the time the process's threads were ready to run they had a core meanwhile.
+    Measured, never asserted: the machine's other load shows in the numbers, and in
+    ``under_load``.
     """
     sizes = np.asarray(sizes, dtype=np.int64)
-    hash_seconds, attention_seconds = np.empty(sizes.size), np.empty(sizes.size)
+    hash_seconds, attention_seconds, cpu_share = [], [], np.empty(sizes.size)
     rng = np.random.default_rng(seed)
     for index, n_items in enumerate(sizes):
         keys = random_unit_vectors(rng, n_items, dim)
@@ -188,10 +217,14 @@ def retrieval_cost(*, sizes=(1_000, 4_000, 16_000, 64_000), dim=64, n_queries=64
             attention(queries[None], keys[None], values[None], kernel=kernel)
             return time.perf_counter() - start
 
-        hash_seconds[index] = _median_after_warm_up(look_up, repeats) / n_queries
-        attention_seconds[index] = _median_after_warm_up(attend, repeats) / n_queries
-    return RetrievalCost(sizes, dim, n_queries, repeats, kernel, thread_budget(), seed, hash_seconds,
-                         attention_seconds, dim * np.dtype(np.float64).itemsize,
+        hash_batches, hash_running, hash_waiting = _timed_after_warm_up(look_up, repeats)
+        attention_batches, attention_running, attention_waiting = _timed_after_warm_up(attend, repeats)
+        hash_seconds.append(measured([seconds / n_queries for seconds in hash_batches]))
+        attention_seconds.append(measured([seconds / n_queries for seconds in attention_batches]))
+        running, waiting = hash_running + attention_running, hash_waiting + attention_waiting
+        cpu_share[index] = running / (running + waiting) if running + waiting > 0 else math.nan
+    return RetrievalCost(sizes, dim, n_queries, repeats, kernel, thread_budget(), seed, tuple(hash_seconds),
+                         tuple(attention_seconds), cpu_share, dim * np.dtype(np.float64).itemsize,
                          np.array([attention_flops(1, int(n), dim) for n in sizes], dtype=float))
 
 
@@ -210,9 +243,38 @@ def distance_to_value(outputs, items):
     return np.linalg.norm(offsets, axis=1)
 
 
-def _median_after_warm_up(timed, repeats):
+def _timed_after_warm_up(timed, repeats):
+    """One warm-up call of ``timed`` (it returns its own seconds), then ``repeats`` timed ones:
+    -> (their seconds, ns the process's threads ran on a core and ns they queued for one
+    meanwhile)."""
     timed()
-    return statistics.median(timed() for _ in range(repeats))
+    before = scheduled_times()
+    seconds = [timed() for _ in range(repeats)]
+    after = scheduled_times()
+    running = waiting = 0
+    for thread, (ran, queued) in after.items():  # a thread that started meanwhile counts from 0
+        ran_before, queued_before = before.get(thread, (0, 0))
+        running, waiting = running + ran - ran_before, waiting + queued - queued_before
+    return seconds, running, waiting
+
+
+def scheduled_times():
+    """{thread id: (ns on a CPU, ns ready to run but queued for one)} of this process's
+    threads so far, from Linux's /proc/self/task/<id>/schedstat; {} where there is none
+    (another OS, or a kernel built without schedstats)."""
+    times = {}
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return times
+    for thread in threads:
+        try:
+            with open(f"/proc/self/task/{thread}/schedstat") as stat:
+                running, waiting, _ = stat.read().split()
+        except (OSError, ValueError):  # the thread ended, or no schedstats
+            continue
+        times[int(thread)] = (int(running), int(waiting))
+    return times
 
 
 def _row_slices(n_rows, block_rows):

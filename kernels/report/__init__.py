@@ -1,13 +1,16 @@
 """The scaling report: asv results -> REPORT.md, PNG plots and CSV tables.
 
-    python -m kernels report [--results .asv/results] [--out reports]
+    python -m kernels report [--results .asv/results] [--out reports] [--keep-machine NAME]
     kernels.report.write_report(results_dir, out_dir) -> path of REPORT.md
+    kernels.report.keep_machine(results_dir, out_dir, machine)   # out_dir/machines/<machine>/
 
 The report is a list of sections (``SECTIONS``), each a function of the newest asv run
 (``results.load_latest_run``) that returns a ``document.Section``: prose, tables (also
 written as CSV) and plots (PNG), found by the benchmark names of ``kernels.bench_spec``.
 A value that was skipped, failed or never run is a gap in the plots, "n/a" in REPORT.md
-and an empty cell in the CSVs.  A new section is one new module and one line below.
+and an empty cell in the CSVs.  A new section is one new module and one line below.  The
+run also carries the runs kept in ``out_dir/machines/`` (``machines.keep_machine``, which
+``make bench`` calls on each machine), which the Machines section lays beside it.
 
     results.py   the asv results reader        tables.py    tables and cell formats
     fits.py      power-law fits against n      plots.py     what every plot shares
@@ -16,15 +19,17 @@ and an empty cell in the CSVs.  A new section is one new module and one line bel
 import pathlib
 
 from ..files import write_text, write_whole
-from . import (decode, gaps, goals, in_context, memory_wall, model, multi_head, overview, peers, seq_len,
-               side_by_side, startup, thread_scaling)
+from . import (decode, gaps, goals, in_context, machines, memory_wall, model, multi_head, overview, peers,
+               roofline, seq_len, side_by_side, startup, thread_scaling, trust)
 from .document import Plot
+from .machines import keep_machine, with_kept_runs
 from .results import load_latest_run
 from .tables import Table
 
 TITLE = "# Self-attention on the CPU: scaling report"
 SECTIONS = (
     overview.overview,
+    trust.trust,
     multi_head.headline,
     seq_len.time,
     seq_len.memory,
@@ -39,8 +44,10 @@ SECTIONS = (
     memory_wall.memory_wall,
     model.model,
     in_context.in_context_section,
+    roofline.roofline,
     decode.decode,
     startup.startup,
+    machines.machines,
     goals.goals,
     gaps.gaps,
 )
@@ -54,13 +61,20 @@ def write_report(results_dir=".asv/results", out_dir="reports"):
     FileNotFoundError naming ``results_dir`` when it holds no asv results, and
     ``results.ResultsError`` (a ValueError) naming a file when none of them can be read.
     """
-    run = load_latest_run(results_dir)
     out_dir = pathlib.Path(out_dir)
+    run = with_kept_runs(load_latest_run(results_dir), out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paragraphs = [TITLE]
-    for section in (make(run) for make in SECTIONS):
+    for make in SECTIONS:
+        run.reads.clear()
+        section = make(run)
         if section.heading:
             paragraphs.append(f"## {section.heading}")
+            # a section that read figures of a class measured while the machine was
+            # disturbed says so first (but the section that reports the disturbance)
+            warning = trust.notice(run, {name.rsplit(".", 1)[0] for name in run.reads})
+            if warning and make is not trust.trust:
+                paragraphs.append(warning)
         for block in section.blocks:
             if isinstance(block, Plot):
                 write_whole(out_dir / block.file, block.draw)

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import bench_spec as spec
+from .ceilings import fma_peak
 from .decode import cache_read_fraction
 from .document import Section
 from .in_context import forward_over_numpy, in_context
 from .multi_head import headline_shape, multihead_gflops, multihead_seconds
 from .peers import peer_speedup, worst_peer_speedup
 from .side_by_side import numpy_speedup, numpy_speedup_seq_len
-from .tables import Column, Table, fmt_count, fmt_number, missing, ratio, text
+from ..spread import bounds
+from .tables import Column, Table, fmt_count, fmt_number, interval, missing, ratio, text
 from .thread_scaling import thread_counts, thread_gflops
 
 
@@ -34,10 +36,15 @@ class Goal:
     at_least: bool        # met when measured ≥ target (else when measured ≤ target)
     source: str
 
-    def met(self, measured):
+    def verdict(self, measured):
+        """"met", "not met", or "within noise" when the figure's interquartile range holds
+        the target (the median may sit on either side of it by chance); NaN when missing."""
         if missing(measured):
             return math.nan
-        return "yes" if (measured >= self.target) == self.at_least else "no"
+        low, high = bounds(measured)
+        if low < self.target < high:
+            return WITHIN_NOISE
+        return "met" if (measured >= self.target) == self.at_least else "not met"
 
 
 def _threads(run, all_threads):
@@ -89,6 +96,7 @@ def _c_tiled_thread_speedup(run):
 
 
 SIDE_BY_SIDE = "timed side by side"
+WITHIN_NOISE = "within noise"
 LEAD = ("#4: a lead over PyTorch's flash-attention CPU kernel, the best CPU attention "
         "measured, larger than a shared machine's run-to-run noise")
 EVERY_PEER = ("#12: ahead of every CPU attention a user could pick (PyTorch, ONNX Runtime, OpenVINO, "
@@ -110,10 +118,12 @@ GOALS = (
     Goal("numba_tiled speed over {peer}, float32, full, {shape}, all threads, " + SIDE_BY_SIDE,
          _over(spec.PEER, "numba_tiled", "full", "float32"), 1.0, True,
          "#12: the compiled rung level with PyTorch (#4 asked 0.6), without intrinsics of its own choosing"),
-    Goal("c_tiled ÷ sgemm GFLOP/s, float32, {shape}",
-         lambda run: ratio(multihead_gflops(run, "c_tiled", "float32"), run.value(spec.SGEMM)),
-         0.85, True,
-         "#4: both products are gemm-shaped; the softmax's exp and rescaling cost about a tenth"),
+    Goal("c_tiled GFLOP/s ÷ the FMA peak, float32, {shape}, all threads",
+         lambda run: ratio(multihead_gflops(run, "c_tiled", "float32"), fma_peak(run, "float32")),
+         0.75, True,
+         "#18 (was #4's 0.85 of sgemm, a BLAS's figure, not the machine's): both products are gemm-shaped, "
+         "and a good gemm reaches about 0.85 of the FMA peak; the softmax's exp and rescaling cost about a "
+         "tenth more"),
     *(Goal(kernel + " speed over numpy, float32, one head, n = {numpy_n}, " + SIDE_BY_SIDE,
            lambda run, kernel=kernel: numpy_speedup(run, kernel), 3, True,
            "#4: tiling pays once numpy's n × n scores have left the caches")
@@ -169,15 +179,19 @@ def goals(run):
     rows = []
     for goal in GOALS:
         measured = goal.measure(run)
-        rows.append([goal.what.format(**fields), measured,
+        rows.append([goal.what.format(**fields), measured, interval(measured, fmt_number),
                      ("≥ " if goal.at_least else "≤ ") + fmt_number(goal.target),
-                     goal.met(measured), goal.source])
-    table = Table("goals", (Column("goal", "goal"), Column("measured", "measured", fmt_number),
-                            Column("target", "target"), Column("met", "met"),
-                            Column("source", "where the target comes from")), rows)
+                     goal.verdict(measured), goal.source])
+    table = Table("goals", (Column("goal", "goal"), Column("measured", "measured (median)", fmt_number),
+                            Column("interval", "interquartile range"), Column("target", "target"),
+                            Column("verdict", "verdict"), Column("source", "where the target comes from")),
+                  rows)
     return Section("Goals", [
         "Each target was set by the project's performance (#4), decode (#11), peers (#12) or "
         "in-context (#17) issue on a 2-core machine; speed against another kernel is a side-by-side ratio "
-        "(the peers and side-by-side sections).",
+        "(the peers and side-by-side sections). A goal is met or not met when the figure's interquartile "
+        f"range lies wholly on one side of the target, and {WITHIN_NOISE} when it holds the target: the "
+        "median alone could fall either side on another run. A figure of one sample has no range; a "
+        "figure derived from two (a ratio) spans from the one's quartiles to the other's.",
         table,
     ])

@@ -8,6 +8,7 @@ from .. import bench_spec as spec
 from .document import Section
 from .gaps import absent_benchmarks, failed_records
 from .plots import ram_text
+from .ceilings import ceilings_text
 from .tables import text
 
 LIBRARIES = ("numpy", "numba", "cffi", "matplotlib", "asv", "torch")
@@ -72,8 +73,6 @@ def completeness(run):
 def overview(run):
     machine = run.machine
     budget = run.value(spec.THREAD_BUDGET)
-    ceiling = ", ".join(f"{gemm} {text(run.value(benchmark), lambda v: f'{v:.1f} GFLOP/s')}"
-                        for gemm, benchmark in spec.GEMM.values())
     return Section(None, ["\n".join([
         f"- **Measured:** commit `{run.commit_hash}` (committed {run.date:%Y-%m-%d %H:%M} UTC), "
         f"{started(run)}; asv environment: {environment(run)}.",
@@ -84,9 +83,11 @@ def overview(run):
         f"({machine.get('arch', '?')}).",
         f"- **Thread budget:** {text(budget, lambda v: f'{v:.0f} threads')} for every kernel "
         "(BLAS and our thread pool alike).",
-        f"- **Ceiling, measured in the same run:** {ceiling} (installed BLAS); memory bandwidth "
-        f"{text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (copy, one thread), "
-        f"{text(run.value(spec.READ_BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (streaming read, every thread).",
+        *ceilings_text(run),
+        "- **Figures:** each timed figure is the median of its samples (asv's repeats of a call, or "
+        "the rounds of a side-by-side ratio), followed by ± half their interquartile range as a share of "
+        "the median (\"1.19× ±3%\"); the CSVs give the quartiles (`_q25`, `_q75`). Plots draw the "
+        "quartiles as a band. A figure without ± is one sample (a quick run).",
         f"- **Versions:** Python {platform.python_version()}, {library_versions()} (read from the "
         "environment that wrote this report).",
     ])])

@@ -10,7 +10,7 @@ from .. import bench_spec
 from ..memory import format_bytes
 from ..registry import KERNELS
 from .results import is_external, kernel_order
-from .tables import missing
+from .tables import has_spread, missing
 
 
 def pyplot():
@@ -75,8 +75,19 @@ def draw_kernels(ax, run, benchmark, dtype, styles, label, to_y, kernels=lambda 
         if all(missing(v) for v in y):
             continue
         ax.plot(seq_lens, y, label=label(kernel, dtype), **styles[kernel])
+        band(ax, seq_lens, values, lambda n, v: to_y(n, v) if v > 0 else math.nan, styles[kernel]["color"])
         drawn += [n for n, v in zip(seq_lens, y) if not missing(v)]
     return drawn
+
+
+def band(ax, xs, values, to_y, color):
+    """The quartiles of the ``values`` that have them (``spread.Measured``), mapped by
+    ``to_y(x, quartile)``, as a translucent band around their line."""
+    spans = [(x, sorted((to_y(x, v.low), to_y(x, v.high)))) for x, v in zip(xs, values) if has_spread(v)]
+    if spans:
+        xs, ends = zip(*spans)
+        ax.fill_between(xs, [low for low, _ in ends], [high for _, high in ends], color=color, alpha=0.2,
+                        linewidth=0)
 
 
 def plot_against_seq_len(run, path, benchmark, title, ylabel, label,

@@ -5,7 +5,8 @@
     run.kernels(bench_spec.SEQ_LEN_TIME)      # the kernels it ran, in ladder order
 
 Every measurement is a float; NaN stands for anything not measured (skipped, failed or
-never run), so that gaps flow through tables and plots without special cases.
+never run), so that gaps flow through tables and plots without special cases.  A value
+asv kept samples of is a ``spread.Measured``: the median, with the samples' quartiles.
 
 The run also carries what the report should say about the rest of the folder: the other
 runs it holds (older commits, other machines; not used), the files that could not be read
@@ -27,6 +28,7 @@ from typing import Optional
 
 from .. import bench_spec
 from ..registry import KERNELS
+from ..spread import Measured
 
 # The status of one asv value: a number, NaN (NotImplementedError in setup), null (an error).
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
@@ -64,6 +66,9 @@ class Run:
     stale: tuple = ()         # benchmarks measured by another version of their code: left out
     others: tuple = ()        # the folder's other readable runs (Run), not used
     unreadable: tuple = ()    # one line per file of the folder that could not be read
+    # the benchmarks ``value`` was asked for since last cleared: whose figures a section read
+    reads: set = dataclasses.field(default_factory=set, compare=False, repr=False)
+    kept: tuple = ()          # runs kept beside the report (any machine), for its Machines section
 
     def select(self, benchmark, **params):
         """Records of ``benchmark`` (a ``bench_spec.Benchmark`` or its name) whose params
@@ -76,6 +81,7 @@ class Run:
 
     def value(self, benchmark, **params):
         """The value at exactly these params; NaN when not measured."""
+        self.reads.add(str(benchmark))
         matches = [r for r in self.select(benchmark, **params) if len(r.params) == len(params)]
         return matches[0].value if matches else math.nan
 
@@ -96,6 +102,11 @@ class Run:
     def seq_lens(self, *benchmarks):
         """The sequence lengths any of ``benchmarks`` ran at, sorted."""
         return sorted({v for b in benchmarks for v in self.param_values(b, "seq_len")})
+
+    @property
+    def calibration_path(self):
+        """Where ``make bench`` kept this run's calibrations (``kernels.calibration``)."""
+        return self.path.parent / f"{self.commit_hash[:8]}-calibration.jsonl"
 
     @property
     def ram_bytes(self):
@@ -129,11 +140,24 @@ def load_latest_run(results_dir):
     if not runs:
         more = f" (and {len(unreadable) - 1} more unreadable files)" if len(unreadable) > 1 else ""
         raise ResultsError(f"no readable asv results in {results_dir}: {unreadable[0]}{more}")
-    # newest commit first; among results of one commit (several environments, or a
-    # re-run), the one measured last
-    newest = max(runs, key=lambda run: (run.date, run.measured_at or _datetime(0)))
+    newest = max(runs, key=recency)
     return dataclasses.replace(newest, others=tuple(run for run in runs if run is not newest),
                                unreadable=tuple(notes + unreadable))
+
+
+def recency(run):
+    """The key that orders runs as asv does: newest commit last; among results of one
+    commit (several environments, or a re-run), the one measured last."""
+    return (run.date, run.measured_at or _datetime(0))
+
+
+def latest_per_machine(runs):
+    """{machine: the newest of ``runs`` measured on it}, machines named by their results
+    folder (as asv names them), in name order.  A folder's runs are ``[run, *run.others]``."""
+    newest = {}
+    for run in sorted(runs, key=recency):
+        newest[run.path.parent.name] = run
+    return dict(sorted(newest.items()))
 
 
 def _read_json(path):
@@ -256,9 +280,11 @@ def _records(results, suite):
         if (measured_by and suite_has and measured_by != suite_has) or len(names) != len(param_lists):
             stale.append(benchmark)
             continue
-        for combo, value in zip(combos, values):
+        quartiles = [cells.get(column) or [None] * len(combos)
+                     for column in ("stats_q_25", "stats_q_75", "stats_repeat")]
+        for combo, value, *spread in zip(combos, values, *quartiles):
             params = {name: _literal(text) for name, text in zip(names, combo)}
-            records.append(Record(benchmark, params, *_value_and_status(value)))
+            records.append(Record(benchmark, params, *_value_and_status(value, *spread)))
     return records, stale
 
 
@@ -287,12 +313,16 @@ def _literal(text):
         return text
 
 
-def _value_and_status(value):
+def _value_and_status(value, q_25=None, q_75=None, repeat=None):
+    """(the value, its status); a value asv kept samples of (a timing, or a track_
+    benchmark returning ``spread.asv_samples``) is a Measured with their quartiles."""
     if value is None:
         return math.nan, FAILED
     if math.isnan(value):
         return math.nan, SKIPPED
-    return float(value), OK
+    if q_25 is None or q_75 is None:
+        return float(value), OK
+    return Measured(value, q_25, q_75, repeat or 1), OK
 
 
 # -- kernels -------------------------------------------------------------------------

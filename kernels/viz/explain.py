@@ -32,9 +32,9 @@ from ..layers.multi_head import multi_head_attention, multi_head_projections
 from ..layers.retrieval import AGREEMENT_LEVEL, retrieval_cost, soft_vs_hard
 from ..layers.similarity import ROW_BLOCK_BYTES, attention_weights
 from ..memory import format_bytes
-from ..report.tables import Column, Table, fmt_ratio, fmt_seconds
+from ..report.tables import Column, Table, fmt_percent, fmt_ratio, fmt_seconds, ratio
 from . import figures
-from .retrieval import plot_retrieval_cost, plot_soft_vs_hard
+from .retrieval import load_text, plot_retrieval_cost, plot_soft_vs_hard
 
 SEED_TOKENS = ("The", "cat", "sat", "mat")
 SEED_X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]])  # the seed's X, one row a token
@@ -406,8 +406,10 @@ def _retrieval_section(out_dir, kernel, seed):
         Column("n", "stored items N", lambda n: f"{n:,}"),
         Column("dict", "dict lookup per query", fmt_seconds),
         Column("attention", f"attention per query ({cost.kernel})", fmt_seconds),
-        Column("ratio", "attention ÷ lookup", fmt_ratio)),
-        [[int(n), h, a, a / h] for n, h, a in zip(cost.sizes, cost.hash_seconds, cost.attention_seconds)])
+        Column("ratio", "attention ÷ lookup", fmt_ratio),
+        Column("cpu_share", "had a core", fmt_percent)),
+        [[int(n), h, a, ratio(a, h), share]
+         for n, h, a, share in zip(cost.sizes, cost.hash_seconds, cost.attention_seconds, cost.cpu_share)])
     return f"""## 7. Soft against hard retrieval
 
 Attention is a soft lookup: every stored key gets a weight and the answer is a blend of all
@@ -428,9 +430,28 @@ becomes the nearest-key lookup as T falls: {_agreement_text(result)}.
 The price is the other half of the story: a dict lookup costs the same at any N, attention
 looks at every key.
 
+{_timing_text(cost)}
+
 {timing.markdown()}
 
 ![Seconds per query against the number of stored items](retrieval_cost.png)"""
+
+
+def _timing_text(cost):
+    """How the timings were taken, and whether they are the code's cost or the machine's load."""
+    how = (f"Each figure is the median of {cost.repeats} timed batches of {cost.n_queries} queries, ± half "
+           f"their interquartile range as a share of it; \"had a core\" is the share of the time they were "
+           f"ready to run that the process's threads spent on a core while that row was timed.")
+    if not cost.load_known:
+        return f"{how} While they were timed, {load_text(cost)}: whether other work slowed them is not known."
+    if cost.under_load:
+        return (f"**Measured under load: these are not the costs of a lookup and of attention.** While they "
+                f"were timed, {load_text(cost)}; the rest of that time other work held the cores. A call that "
+                f"queues for a core, or waits for one of its threads that does, takes longer by a factor the "
+                f"load sets and that changes from run to run. Run `python -m kernels explain` on an idle "
+                f"machine for the cost of the code.\n\n{how}")
+    return (f"{how} While they were timed, {load_text(cost)}: the figures are the code's cost on this "
+            f"machine, within their spread.")
 
 
 def _degradation_text(result):

@@ -4,16 +4,20 @@
         accuracy, mean max weight, mean entropy and the output's distance to the nearest
         key's value against the temperature, one colour per noise level
     plot_retrieval_cost(retrieval_cost(), "retrieval_cost.png")
-        seconds per query against N, dict lookup and attention, fitted slopes
+        seconds per query against N, dict lookup and attention, their quartiles as error
+        bars, slopes fitted to the medians; the title says when they were timed under load
+    load_text(retrieval_cost())
+        how much of the time it was ready to run the process had a core while timing
 
-Each returns the path it wrote (PNG).  matplotlib is imported on first draw.
+Each plot returns the path it wrote (PNG).  matplotlib is imported on first draw.
 """
 import math
 
 import numpy as np
 
 from ..files import write_whole
-from ..layers.retrieval import AGREEMENT_LEVEL, DECODING_RADIUS
+from ..layers.retrieval import AGREEMENT_LEVEL, DECODING_RADIUS, LOADED_BELOW
+from ..spread import bounds
 
 TEMPERATURE_LABEL = "temperature T (scores ÷ T; log scale)"
 
@@ -102,7 +106,8 @@ def plot_soft_vs_hard(result, path):
 
 
 def plot_retrieval_cost(cost, path):
-    """Seconds per query against N on log-log axes for a ``RetrievalCost``; writes ``path``."""
+    """Seconds per query against N on log-log axes for a ``RetrievalCost``: medians joined,
+    quartiles as error bars, slopes fitted to the medians; writes ``path``."""
     from ..report.fits import fit_power_law
     from ..report.plots import pyplot
 
@@ -113,9 +118,11 @@ def plot_retrieval_cost(cost, path):
                                   dict(color="C0", marker="s")),
                                  (cost.attention_seconds, f"attention over all N keys ({cost.kernel})",
                                   dict(color="C3", marker="o"))):
-        fit = fit_power_law(sizes, seconds, min_n=0, min_points=2)
+        medians = np.asarray(seconds, dtype=float)
+        low, high = np.array([bounds(figure) for figure in seconds]).T
+        fit = fit_power_law(sizes, medians, min_n=0, min_points=2)
         label = name if fit is None else f"{name}: fitted slope {fit.b:.2f}"
-        ax.plot(sizes, seconds, label=label, **style)
+        ax.errorbar(sizes, medians, yerr=(medians - low, high - medians), capsize=4, label=label, **style)
     middle = len(sizes) // 2
     ax.plot(sizes, cost.attention_seconds[middle] * sizes / sizes[middle], color="gray", linestyle="--",
             linewidth=1, label="O(N) guide (slope 1)")
@@ -124,19 +131,35 @@ def plot_retrieval_cost(cost, path):
     ax.set_xticks(sizes, [f"{int(n):,}" for n in cost.sizes])
     ax.minorticks_off()
     ax.set_xlabel("stored items N (log scale)")
-    ax.set_ylabel(f"seconds per query (median of {cost.repeats}; log scale)")
+    ax.set_ylabel(f"seconds per query (median of {cost.repeats}, bars: quartiles; log scale)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend()
     ratio = cost.attention_seconds[-1] / cost.hash_seconds[-1]
-    ax.set_title(f"Hash lookup O(1) against attention O(N·d): at N = {int(cost.sizes[-1]):,} "
-                 f"attention costs {ratio:,.0f}× a lookup")
+    at_largest = f"at N = {int(cost.sizes[-1]):,} attention took {ratio:,.0f}× a lookup"
+    ax.set_title(f"Hash lookup O(1) against attention O(N·d): {at_largest}" + (
+        "\nMeasured under load: the machine's other work, not the code's cost" if cost.under_load else ""),
+        color="firebrick" if cost.under_load else "black")
     fig.text(0.5, -0.01, (
         f"Keys random unit vectors in R^{cost.dim}, values {cost.dim}-wide, seed {cost.seed}; every query a "
         f"stored key.  Attention: one call on {cost.n_queries} queries ÷ {cost.n_queries}, "
         f"{cost.threads} thread(s), {cost.attention_flops[-1] / 1e6:.3g} Mflop per query at the largest N; "
-        f"dict: one thread, {cost.hashed_bytes} bytes hashed per query."), ha="center", va="top", fontsize=8,
-        wrap=True)
+        f"dict: one thread, {cost.hashed_bytes} bytes hashed per query.  While timing, {load_text(cost)}."),
+        ha="center", va="top", fontsize=8, wrap=True)
     return _save(fig, path)
+
+
+def load_text(cost):
+    """How much of the time its threads were ready to run the process had a core while
+    ``cost`` was timed, one clause: "the process's threads had a core 31%–41% of the time
+    they were ready to run, below the 90% under which figures count as measured under load"."""
+    if not cost.load_known:
+        return ("how long the process's threads queued for a core is unknown (this system has no "
+                "Linux /proc/self/task/*/schedstat)")
+    least, most = cost.cpu_share.min(), cost.cpu_share.max()
+    shares = f"{least:.0%}" if f"{least:.0%}" == f"{most:.0%}" else f"{least:.0%}–{most:.0%}"
+    against = "below" if cost.under_load else "at or above"
+    return (f"the process's threads had a core {shares} of the time they were ready to run, {against} the "
+            f"{LOADED_BELOW:.0%} under which figures count as measured under load")
 
 
 def _save(fig, path):

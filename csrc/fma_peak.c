@@ -1,0 +1,149 @@
+/* The compute roof: how many fused multiply-adds per second this CPU retires, per ISA and
+   precision, on one thread or on the pool's threads.
+
+   Each loop keeps FMA_CHAINS accumulators, each its own dependency chain acc = acc · m + c,
+   so the core always has an independent FMA ready: a chain issues one FMA per latency
+   (4-5 cycles on Haswell, Zen and Skylake) and the CPU has up to 2 FMA ports, so 12 chains
+   cover latency × ports with room to spare, and 12 accumulators + 2 operands still fit in
+   AVX2's 16 ymm registers.  Nothing is loaded or stored inside the loop.  The chains start
+   at different values (identical chains could be merged into one) and converge to
+   c / (1 - m) = 1, far from overflow and denormals, which would slow some CPUs down.
+   Their sum is written where the caller reads it, so the loop cannot be discarded.
+
+   As in attention.c, the file is compiled for the baseline ISA and only the AVX2 and
+   AVX-512 loops carry a target attribute; attn_fma_peak runs one only on a CPU that has its
+   features (__builtin_cpu_supports).  The generic loop is portable C on 16-byte vectors
+   (GCC/Clang vector extensions: SSE2 on baseline x86-64, NEON on ARM), a multiply and an
+   add, 2 flops all the same (the baseline x86-64 ISA has no FMA, and -std=c11 does not
+   contract them).  Scalar chains would not do: the compiler packs 12 of them into 3 SSE2
+   vectors, 3 chains too few to hide a multiply-then-add latency. */
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+
+#define FMA_CHAINS 12
+#define CHAIN_FACTOR 0.9375    /* m = 1 - 1/16 and c = 1/16: exact in both precisions */
+#define CHAIN_ADDEND 0.0625
+
+/* One thread's loop: FMA_CHAINS chains of `iterations` multiply-adds on `vec`s of `real`,
+   returning the sum of every lane of every chain. */
+#define FMA_LOOP(name, attributes, real, vec, set1, fmadd)                                 \
+    static attributes double name(int64_t iterations)                                     \
+    {                                                                                     \
+        const vec factor = set1((real)CHAIN_FACTOR), addend = set1((real)CHAIN_ADDEND);   \
+        vec acc[FMA_CHAINS];                                                              \
+        for (int chain = 0; chain < FMA_CHAINS; chain++)                                  \
+            acc[chain] = set1((real)chain);                                               \
+        for (int64_t i = 0; i < iterations; i++)                                          \
+            for (int chain = 0; chain < FMA_CHAINS; chain++)                              \
+                acc[chain] = fmadd(acc[chain], factor, addend);                           \
+        real lanes[sizeof(vec) / sizeof(real)];                                           \
+        double sum = 0.0;                                                                 \
+        for (int chain = 0; chain < FMA_CHAINS; chain++) {                                \
+            memcpy(lanes, &acc[chain], sizeof lanes);                                     \
+            for (size_t lane = 0; lane < sizeof lanes / sizeof lanes[0]; lane++)          \
+                sum += lanes[lane];                                                       \
+        }                                                                                 \
+        return sum;                                                                       \
+    }
+
+#define AVX512 __attribute__((target("avx512f")))
+#define AVX2_FMA __attribute__((target("avx2,fma")))
+typedef float generic_f32 __attribute__((vector_size(16)));
+typedef double generic_f64 __attribute__((vector_size(16)));
+#define GENERIC_SET1_F32(x) ((generic_f32){0} + (x))   /* a scalar operand is broadcast */
+#define GENERIC_SET1_F64(x) ((generic_f64){0} + (x))
+#define GENERIC_FMADD(a, b, c) ((a) * (b) + (c))
+
+FMA_LOOP(fma_avx512_f32, AVX512, float, __m512, _mm512_set1_ps, _mm512_fmadd_ps)
+FMA_LOOP(fma_avx512_f64, AVX512, double, __m512d, _mm512_set1_pd, _mm512_fmadd_pd)
+FMA_LOOP(fma_avx2_f32, AVX2_FMA, float, __m256, _mm256_set1_ps, _mm256_fmadd_ps)
+FMA_LOOP(fma_avx2_f64, AVX2_FMA, double, __m256d, _mm256_set1_pd, _mm256_fmadd_pd)
+FMA_LOOP(fma_generic_f32, , float, generic_f32, GENERIC_SET1_F32, GENERIC_FMADD)
+FMA_LOOP(fma_generic_f64, , double, generic_f64, GENERIC_SET1_F64, GENERIC_FMADD)
+
+static int cpu_has_avx512f(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+
+static int cpu_has_avx2_fma(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static int cpu_has_any(void) { return 1; }
+
+typedef double (*fma_loop)(int64_t iterations);
+
+/* Best first, by the names attn_active_isa reports (AVX-512 needs only F here: the loop
+   uses no VL instruction). */
+static const struct fma_isa {
+    const char *name;
+    int (*cpu_runs)(void);
+    fma_loop f32, f64;
+    int lanes_f32, lanes_f64;
+} fma_isas[] = {
+    {"avx512", cpu_has_avx512f, fma_avx512_f32, fma_avx512_f64, 16, 8},
+    {"avx2-fma", cpu_has_avx2_fma, fma_avx2_f32, fma_avx2_f64, 8, 4},
+    {"generic", cpu_has_any, fma_generic_f32, fma_generic_f64, 4, 2},
+};
+#define N_FMA_ISAS (int32_t)(sizeof fma_isas / sizeof fma_isas[0])
+
+const char *attn_fma_isa(int32_t index)
+{
+    for (int32_t i = 0, found = 0; i < N_FMA_ISAS; i++)
+        if (fma_isas[i].cpu_runs() && found++ == index)
+            return fma_isas[i].name;
+    return NULL;
+}
+
+struct fma_run {
+    fma_loop loop;
+    int64_t iterations;
+    double *sums;   /* one per task */
+};
+
+static void fma_task(void *context, int64_t task, int32_t worker)
+{
+    (void)worker;
+    const struct fma_run *run = context;
+    run->sums[task] = run->loop(run->iterations);
+}
+
+/* Read by nobody: a store the compiler must make, of a value that needs every chain. */
+static volatile double fma_sink;
+
+double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t iterations)
+{
+    const struct fma_isa *path = NULL;
+    for (int32_t i = 0; i < N_FMA_ISAS; i++)
+        if (strcmp(isa, fma_isas[i].name) == 0)
+            path = &fma_isas[i];
+    if (path == NULL || !path->cpu_runs() || (bits != 32 && bits != 64))
+        return -1.0;
+    if (threads < 1)
+        threads = 1;
+    if (iterations < 0)
+        iterations = 0;
+
+    struct fma_run run = {bits == 32 ? path->f32 : path->f64, iterations,
+                          calloc((size_t)threads, sizeof(double))};
+    if (run.sums == NULL)
+        return -1.0;
+    /* one task per thread, each its own chains: the caller runs task 0 at once, each helper
+       one of the others once it is awake */
+    pool_run(threads, threads, fma_task, &run);
+    double total = 0.0;
+    for (int32_t t = 0; t < threads; t++)
+        total += run.sums[t];
+    fma_sink = total;
+    free(run.sums);
+
+    const int lanes = bits == 32 ? path->lanes_f32 : path->lanes_f64;
+    return 2.0 * FMA_CHAINS * lanes * (double)iterations * threads;
+}

@@ -1,0 +1,231 @@
+"""The machine's compute ceilings, and the BLAS that sets the practical one, named honestly.
+
+    isas()                                  # ["avx2-fma", "generic"]: the FMA loops this CPU runs
+    fma_peak_gflops("float32", threads=1)   # [GFLOP/s, ...]: the FMA peak, one sample per call
+    gemm_gflops("float32")                  # [GFLOP/s, ...]: NumPy's BLAS on a 2048² product
+    blas(), blas_summary()                  # which BLAS, which core kernels, what forced them
+    gemm_gflops_unforced("float32")         # the same gemm where nothing forces the kernels
+
+The FMA peak (csrc/fma_peak.c) is the roof no kernel passes: 12 independent vector FMA
+chains per thread, nothing loaded or stored, 2 flops per lane per FMA.  The gemm is the roof
+a kernel made of matrix products can hope for.  Both are timed on the thread budget
+(``kernels.threads``): the figures of 1 thread and of the budget together say how far a
+second core helps, on a machine whose other work they do not control, so each is a list of
+samples whose spread shows that.
+
+Which kernels a BLAS runs is chosen when it loads (OpenBLAS: from the CPU's identity, unless
+``OPENBLAS_CORETYPE`` names a core), so the figure of a BLAS forced onto a core is not the
+BLAS's own: ``gemm_gflops_unforced`` measures it in a child process whose environment
+drops the forcing variables.  The parent's environment is never changed.
+"""
+import json
+import numbers
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import threads
+
+# What an ISA's timed call lasts: long against the clock and a helper's wake-up (< 0.1 ms),
+# short enough to take several samples in a second
+FMA_CALL_SECONDS = 0.075
+FMA_CALIBRATION_SECONDS = 0.02   # calibration calls double in length until one lasts this
+FMA_FIRST_ITERATIONS = 4096
+
+# Environment variables that make a BLAS run other kernels, or other blocking, than it
+# would choose by itself, by threadpoolctl's internal_api.  (OPENBLAS_VERBOSE is not one:
+# it prints the choice, it does not make it.)
+FORCING_VARIABLES = {
+    "openblas": ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"),
+    "mkl": ("MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "MKL_CBWR"),
+    "blis": ("BLIS_ARCH_TYPE",),
+}
+LIBRARY_NAMES = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS", "flexiblas": "FlexiBLAS"}
+
+# Where the child measuring the unforced gemm finds this package (asv, say, imports it
+# through an importer of its own), and what it runs
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UNFORCED_CHILD = """
+import json, sys
+from kernels.ceilings import blas, gemm_gflops
+dtype, n, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+print(json.dumps({"samples": gemm_gflops(dtype, n, repeats), "architecture": blas()["architecture"]}))
+"""
+
+
+def isas():
+    """The ISAs whose FMA loop this CPU runs, best first, named as ``c_tiled.isa()`` names
+    its paths: a subset of "avx512" (AVX-512F), "avx2-fma", "generic" (portable C)."""
+    ffi, lib = _extension()
+    names = []
+    while (name := lib.attn_fma_isa(len(names))) != ffi.NULL:
+        names.append(ffi.string(name).decode())
+    return names
+
+
+def fma_peak_gflops(dtype, threads=None, isa=None, repeats=5):
+    """The FMA peak in GFLOP/s: ``repeats`` samples, each one call of about 75 ms in which
+    every one of ``threads`` threads (default: the budget; more than the budget is a
+    ValueError) runs its own 12 FMA chains of ``isa``'s vectors (default: the best of
+    ``isas()``) of float32 or float64.  Cost: about 0.1 s of calibration and warm-up, then
+    75 ms per sample, on ``threads`` cores.  Anything else on those cores, a BLAS's
+    workers spinning after a product included, lowers the figure."""
+    bits = _bits(dtype)
+    n_threads = _threads(threads)
+    available = isas()
+    isa = available[0] if isa is None else isa
+    if isa not in available:
+        raise ValueError(f"ISA {isa!r} is not available on this CPU, which runs {', '.join(available)}")
+
+    lib = _extension()[1]
+
+    def call(iterations):
+        # Timed here, around the call, not in C: a call lasts ~75 ms, against which the
+        # clock and cffi's call (under a microsecond) are nothing; the C stays free of
+        # clocks; and the interval is what any caller of the pool gets, the helpers'
+        # wake-up included.  cffi releases the GIL for the call.
+        start = time.perf_counter()
+        flops = lib.attn_fma_peak(isa.encode(), bits, n_threads, iterations)
+        return flops, time.perf_counter() - start
+
+    iterations = FMA_FIRST_ITERATIONS
+    while (seconds := call(iterations)[1]) < FMA_CALIBRATION_SECONDS:
+        iterations *= 2
+    iterations = max(1, round(iterations * FMA_CALL_SECONDS / seconds))
+    call(iterations)  # warm-up at the measured size: helpers awake, clocks up
+    return [flops / seconds / 1e9 for flops, seconds in (call(iterations) for _ in range(repeats))]
+
+
+def gemm_gflops(dtype, n=2048, repeats=5):
+    """NumPy's BLAS on a (n, n) @ (n, n) product of float32 (sgemm) or float64 (dgemm) on
+    the thread budget, in GFLOP/s (2·n³ flops per call): ``repeats`` samples after one
+    warm-up call, as ``bench_machine.Machine`` measures it.  Cost: repeats + 1 products
+    (n = 2048: about 0.1-0.2 s each in float32 on 2 AVX2 cores) and 3 n² elements."""
+    dtype = np.dtype(dtype)
+    _bits(dtype)
+    threads.budget()  # the BLAS's thread count is the budget's from its first reading on
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
+    product = np.empty_like(a)
+    np.dot(a, a, out=product)  # warm-up: the BLAS's threads and buffers
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.dot(a, a, out=product)
+        samples.append(2.0 * n**3 / (time.perf_counter() - start) / 1e9)
+    return samples
+
+
+def blas(environ=None):
+    """NumPy's BLAS as threadpoolctl finds it loaded in this process: a dict of
+    ``library`` (its internal_api, e.g. "openblas"; None when threadpoolctl finds none),
+    ``name`` ("OpenBLAS"), ``filepath``, ``version``, ``threading_layer`` ("pthreads",
+    "openmp"), ``architecture`` (the core kernels it runs, e.g. "Haswell"),
+    ``num_threads``, and ``forced_by``: {variable: value} of the variables in ``environ``
+    (default ``os.environ``) that force its kernels (``FORCING_VARIABLES``).  These were
+    read when the BLAS loaded; a variable changed since then shows here, not in the
+    BLAS.  Cost: a look through the loaded libraries, a few milliseconds."""
+    from threadpoolctl import threadpool_info
+
+    threads.budget()  # its thread count is the budget's
+    loaded = [info for info in threadpool_info() if info["user_api"] == "blas"]
+    # NumPy's own when several are loaded (a peer's MKL beside it): the one in NumPy's
+    # folder or in its wheel's numpy.libs beside it, which the folder's path is a prefix of
+    numpy_dir = os.path.dirname(np.__file__)
+    ours = [info for info in loaded if info["filepath"].startswith(numpy_dir)] or loaded
+    if not ours:
+        return {"library": None, "name": None, "filepath": None, "version": None,
+                "threading_layer": None, "architecture": None, "num_threads": None, "forced_by": {}}
+    info = ours[0]
+    library = info["internal_api"]
+    environ = os.environ if environ is None else environ
+    forcing = FORCING_VARIABLES.get(library, _all_forcing_variables())
+    return {
+        "library": library,
+        "name": LIBRARY_NAMES.get(library, library),
+        "filepath": info["filepath"],
+        "version": info.get("version"),
+        "threading_layer": info.get("threading_layer"),
+        "architecture": info.get("architecture"),
+        "num_threads": info["num_threads"],
+        "forced_by": {name: environ[name] for name in forcing if environ.get(name)},
+    }
+
+
+def blas_summary(environ=None):
+    """``blas()`` in one line: "OpenBLAS 0.3.31, pthreads, Haswell kernels (forced by
+    OPENBLAS_CORETYPE=Haswell), 2 threads"."""
+    info = blas(environ)
+    if info["library"] is None:
+        return "no BLAS that threadpoolctl knows is loaded"
+    forced = ", ".join(f"{name}={value}" for name, value in info["forced_by"].items())
+    threads_text = f"{info['num_threads']} thread{'s' if info['num_threads'] != 1 else ''}"
+    return (f"{info['name']} {info['version']}, {info['threading_layer']}, "
+            f"{info['architecture']} kernels ({f'forced by {forced}' if forced else 'its own choice'}), "
+            f"{threads_text}")
+
+
+def unforced_environ(environ=None):
+    """A copy of ``environ`` (default ``os.environ``) for a child whose BLAS chooses its own
+    kernels: every ``FORCING_VARIABLES`` entry dropped, the thread budget passed on as
+    ``ATTNBENCH_THREADS`` and this package put first on ``PYTHONPATH``.  ``environ`` itself
+    is left as it was."""
+    environ = os.environ if environ is None else environ
+    dropped = _all_forcing_variables()
+    child = {name: value for name, value in environ.items() if name not in dropped}
+    child["ATTNBENCH_THREADS"] = str(threads.budget())
+    child["PYTHONPATH"] = os.pathsep.join(filter(None, (PACKAGE_PARENT, environ.get("PYTHONPATH"))))
+    return child
+
+
+def gemm_gflops_unforced(dtype, n=2048, repeats=5, environ=None):
+    """``gemm_gflops(dtype, n, repeats)`` measured in a child Python process whose BLAS
+    chose its kernels itself (``unforced_environ``): (samples, the architecture
+    threadpoolctl reports in the child).  None, at no cost, when nothing in ``environ``
+    (default ``os.environ``) forces this process's BLAS: then ``gemm_gflops`` is already
+    the unforced figure.  Cost: a Python start-up and NumPy import (~0.5 s) besides the
+    products; meanwhile this process only waits."""
+    if not blas(environ)["forced_by"]:
+        return None
+    child = subprocess.run(
+        [sys.executable, "-c", UNFORCED_CHILD, np.dtype(dtype).name, str(n), str(repeats)],
+        env=unforced_environ(environ), check=True, capture_output=True, text=True,
+    )
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    return result["samples"], result["architecture"]
+
+
+def _extension():
+    """(ffi, lib) of the C extension, loaded once, where the pool loads it
+    (``ExtensionNotBuilt`` when it is not built)."""
+    extension = threads._pool()
+    return extension.ffi, extension.lib
+
+
+def _bits(dtype):
+    """32 or 64, the bits of a float32 or float64 ``dtype``; TypeError for any other."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"the ceilings are measured for float32 and float64, not {dtype}")
+    return dtype.itemsize * 8
+
+
+def _threads(requested):
+    """``requested`` threads (None: the budget) as an int in [1, budget]; ValueError
+    otherwise: a measurement runs on the budget as every kernel does, and a larger one
+    is asked for by raising it (``kernels.threads.thread_budget(n)``)."""
+    allowed = threads.budget()
+    if requested is None:
+        return allowed
+    if not isinstance(requested, numbers.Integral) or isinstance(requested, bool) or requested < 1:
+        raise ValueError(f"threads={requested!r}: a thread count is a whole number >= 1")
+    if requested > allowed:
+        raise ValueError(f"threads={requested} is beyond the thread budget of {allowed}; "
+                         f"raise the budget first (kernels.threads.thread_budget({requested}))")
+    return int(requested)
+
+
+def _all_forcing_variables():
+    return {name for names in FORCING_VARIABLES.values() for name in names}
