@@ -19,7 +19,7 @@ from .common import THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, side_b
 class PeerSpeedup(ThreadBudget):
     """A tiled kernel's speed over one peer: the peer's median time ÷ ours, timed side by side."""
 
-    params = [list(spec.PEERS), list(spec.TILED), list(spec.PEER_SHAPES), THREAD_COUNTS, list(spec.DTYPES)]
+    params = [list(spec.PEERS), list(spec.TILED), list(spec.PEER_SHAPES), THREAD_COUNTS, list(spec.PEER_DTYPES)]
     param_names = ["peer", "kernel", "shape", "threads", "dtype"]
     rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 900
 

@@ -51,7 +51,7 @@ WALL_CAUSAL = True
 # any n on random hidden states (no position table needed); the whole forward pass, on
 # random token ids, only up to the model's 512 positions.
 MODEL_WIDTH = 384
-MODEL_LAYER_SEQ_LENS = (256, 1024, 4096) if QUICK else (128, 256, 512, 1024, 2048, 4096, 8192)
+MODEL_LAYER_SEQ_LENS = (512, 4096) if QUICK else (128, 256, 512, 1024, 2048, 4096, 8192)
 MODEL_FORWARD_SEQ_LENS = (64, 512) if QUICK else (64, 128, 256, 512)
 
 
@@ -68,7 +68,7 @@ TINY_SEQ_LEN = 64
 # ModelForwardOverNumpy: the whole forward pass on a kernel ÷ on numpy, side by side, at
 # the two lengths of the in-context goals.
 MODEL_OVER_NUMPY_SEQ_LENS = (64, 512)
-MODEL_OVER_NUMPY_ROUNDS = {64: 15, 512: 5}
+MODEL_OVER_NUMPY_ROUNDS = {64: 5, 512: 3} if QUICK else {64: 15, 512: 5}
 
 
 # InContext: each kernel (but naive: pure Python is not what a model runs) between two
@@ -77,10 +77,12 @@ MODEL_OVER_NUMPY_ROUNDS = {64: 15, 512: 5}
 # attention.  Calls per block: enough for a stable median within a second.
 CONTEXT_KERNELS = ("numpy", *TILED, *PEER_NAMES)
 CONTEXT_SHAPES = {"tiny": (1, TINY_SEQ_LEN, HEAD_DIM), "layer": (12, 512, 32)}
+if QUICK:  # each case is two processes of seconds: the layer, the shape of the goals' worst case
+    CONTEXT_SHAPES = {"layer": CONTEXT_SHAPES["layer"]}
 CONTEXTS = ("between_matmuls", "between_matmuls_blas_sleeps", "busy_process")
 CONTEXT_DTYPE = "float32"
-CONTEXT_CALLS = {"tiny": 51, "layer": 7}
-CONTEXT_ROUNDS = 3 if QUICK else 7
+CONTEXT_CALLS = {"tiny": 21, "layer": 3} if QUICK else {"tiny": 51, "layer": 7}
+CONTEXT_ROUNDS = 2 if QUICK else 7
 
 
 # PeerSpeedup: every peer (installed or not: one grid on every machine) beside each tiled
@@ -92,6 +94,11 @@ PEERS = PEER_NAMES
 PEER_SHAPES = ("full", "causal", "decode", "tiny")
 PEER_SHAPE_DTYPES = {"full": DTYPES, "causal": DTYPES, "decode": (DECODE_DTYPE,), "tiny": (DECODE_DTYPE,)}
 PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "tiny": 301}
+if QUICK:  # a peer's process costs seconds to start (imports, sessions): two shapes, float32, 3 rounds
+    PEER_SHAPES = ("full", "tiny")
+    PEER_SHAPE_DTYPES = {shape: DTYPES[:1] for shape in PEER_SHAPES}
+    PEER_ROUNDS = {"full": 3, "causal": 3, "decode": 3, "tiny": 51}
+PEER_DTYPES = tuple(dtype for dtype in DTYPES if any(dtype in kept for kept in PEER_SHAPE_DTYPES.values()))
 DECODE_PEER_SEQ_LEN = 65536  # the decode shape's cache
 
 
