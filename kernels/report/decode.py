@@ -106,6 +106,7 @@ def plot_decode(run, fits, path):
             ax.plot(*zip(*points), label=f"{plots.kernel_label(kernel)}, {how}: ${slope}$"
                     if fit else f"{plots.kernel_label(kernel)}, {how}: {slope}",
                     **dict(styles[kernel], linestyle=linestyle))
+            plots.band(ax, *zip(*points), lambda n, s: s, styles[kernel]["color"])
             drawn += [n for n, _ in points]
     if not drawn:
         ax.set_axis_off()

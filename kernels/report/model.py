@@ -73,6 +73,7 @@ def plot_shares(run, path):
         if all(missing(s) for s in shares):
             continue
         ax.plot(seq_lens, shares, label=plots.kernel_label(kernel), **styles[kernel])
+        plots.band(ax, seq_lens, shares, lambda n, s: s, styles[kernel]["color"])
         drawn += [n for n, s in zip(seq_lens, shares) if not missing(s)]
     if not drawn:
         ax.set_axis_off()
