@@ -68,6 +68,10 @@ def _agreement_rows(run):
     return rows
 
 
+def _lowest(calibrations, key):
+    return min(c.rates[key] for c in calibrations)
+
+
 def _verdict(value):
     if value is True:
         return "agree"
@@ -85,8 +89,10 @@ def trust(run):
             "Before and after each benchmark class, `make bench` timed a fixed workload ("
             + " and ".join(WORKLOADS.values()) + f"; best this run: {best['gemm_gflops']:.1f} GFLOP/s and "
             f"{best['read_gbs']:.1f} GB/s). A class ran disturbed when either figure fell under "
-            f"{DISTURBED_BELOW:.0%} of that best; the sections reading its figures say so. "
-            f"{len(flagged)} of {len(rows)} classes ran disturbed.",
+            f"{DISTURBED_BELOW:.0%} of that best; the sections reading its figures say so. The run's drift: "
+            + " and ".join(f"the {name.split(',')[0]} ran at {_lowest(calibrations, key) / best[key]:.0%}–100% "
+                           "of its best" for key, name in WORKLOADS.items())
+            + f"; {len(flagged)} of {len(rows)} classes ran disturbed.",
             Table("calibration", (Column("class", "benchmark class"),
                                   Column("lowest", "slowest calibration ÷ best", fmt_percent),
                                   Column("state", "machine")), rows),
