@@ -134,6 +134,10 @@ def plot_roofline(run, path):
             ax.scatter([], [], color=styles[kernel]["color"], marker="o", label=plots.kernel_label(kernel))
         for i, shape in enumerate(shapes):
             ax.scatter([], [], color="grey", marker=SHAPE_MARKERS[i % 4], label=shape)
+        # limits first: one lone point would give the log scales an empty range
+        highest = max([float(p.gflops) for p in drawn] + [roof(run, high)], key=lambda v: -1 if missing(v) else v)
+        ax.set_xlim(low, high)
+        ax.set_ylim(min(float(p.gflops) for p in drawn) / 4, highest * 2)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity (flops per byte moved; log scale)")
