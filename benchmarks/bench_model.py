@@ -34,7 +34,7 @@ class ModelLayer:
 
     params = [KERNEL_NAMES, list(spec.MODEL_LAYER_SEQ_LENS)]
     param_names = ["kernel", "seq_len"]
-    rounds, repeats, timeout = 1, 5, 600
+    rounds, timeout = 1, 600
 
     def setup(self, kernel, seq_len):
         minilm, model = load_model()
@@ -54,7 +54,7 @@ class ModelLayer:
             part()
 
     def track_attention_share(self, kernel, seq_len):
-        seconds = seconds_each(self.parts, self.repeats)
+        seconds = seconds_each(self.parts, spec.MODEL_LAYER_REPEATS)
         layer = [sum(parts) for parts in zip(*seconds.values())]  # each repeat's three parts
         return asv_samples(attention / total for attention, total in zip(seconds["attention"], layer))
 

@@ -52,6 +52,7 @@ WALL_CAUSAL = True
 # random token ids, only up to the model's 512 positions.
 MODEL_WIDTH = 384
 MODEL_LAYER_SEQ_LENS = (512, 4096) if QUICK else (128, 256, 512, 1024, 2048, 4096, 8192)
+MODEL_LAYER_REPEATS = 3 if QUICK else 5  # each part timed in turn, so many times
 MODEL_FORWARD_SEQ_LENS = (64, 512) if QUICK else (64, 128, 256, 512)
 
 
