@@ -8,8 +8,12 @@ child, as ours does."""
 import numpy as np
 
 import kernels
+from kernels.api import ExtensionNotBuilt
 
-for _record in kernels.KERNELS.values():
-    _record.implementation  # noqa: B018 (imported for the side effect)
-_q = np.zeros((1, 16, 8), np.float32)
-kernels.attention(_q, _q, _q, kernel="numba_tiled")
+try:
+    for _record in kernels.KERNELS.values():
+        _record.implementation  # noqa: B018 (imported for the side effect)
+    _q = np.zeros((1, 16, 8), np.float32)
+    kernels.attention(_q, _q, _q, kernel="numba_tiled")
+except ExtensionNotBuilt:
+    pass  # without the C extension the benchmarks of the rungs needing it skip, saying why

@@ -9,7 +9,7 @@ never run), so that gaps flow through tables and plots without special cases.  A
 asv kept samples of is a ``spread.Measured``: the median, with the samples' quartiles.
 
 The run also carries what the report should say about the rest of the folder: the other
-runs it holds (older commits, other machines; not used), the files that could not be read
+runs it holds (older commits, other machines: only the Machines section reads them), the files that could not be read
 (skipped, one line each naming the file), and the benchmarks whose results were measured
 by another version of the benchmark than benchmarks.json describes (left out, as asv
 leaves them out).  Only a folder without one readable run raises: FileNotFoundError when
@@ -64,7 +64,7 @@ class Run:
     path: pathlib.Path
     records: tuple
     stale: tuple = ()         # benchmarks measured by another version of their code: left out
-    others: tuple = ()        # the folder's other readable runs (Run), not used
+    others: tuple = ()        # the folder's other readable runs (Run): the Machines section's
     unreadable: tuple = ()    # one line per file of the folder that could not be read
     # the benchmarks ``value`` was asked for since last cleared: whose figures a section read
     reads: set = dataclasses.field(default_factory=set, compare=False, repr=False)
