@@ -73,7 +73,8 @@ sanitize: build/sanitize/check_attention build/sanitize/check_pool
 # The main job: the asv suite on .venv, then the report.  QUICK=1: small grids, one
 # sample each (a few minutes).  THREADS=n sets the one thread budget of every kernel.
 # A failed benchmark shows as a gap in the report, and makes `make bench` fail after it.
-# (quick also leaves out asv's whole-process peakmem_, which the report does not read)
+# (quick also leaves out asv's whole-process peakmem_, which the report does not read, and
+# the memory wall, minutes long)
 # asv saves a run's results only when the whole run ends, so the suite runs one benchmark
 # class at a time, each run adding to the commit's results file: Ctrl-C loses only the
 # class it stops, runs no more, and the report is still written from what finished.
@@ -83,7 +84,7 @@ sanitize: build/sanitize/check_attention build/sanitize/check_pool
 # amd-epyc-avx2, intel-xeon-avx512, amd-epyc-avx512-bf16), or MACHINE=name.  After the
 # report, its newest results are kept in reports/machines/<name>/ (commit them): the
 # report's Machines section lays every machine kept there side by side.
-BENCH_REGEX := $(or $(BENCH),$(if $(QUICK),^(?!.*peakmem_)))
+BENCH_REGEX := $(or $(BENCH),$(if $(QUICK),^(?!.*(peakmem_|MemoryWall))))
 ASV_ENV := ATTNBENCH_QUICK=$(if $(QUICK),1,0) $(if $(THREADS),ATTNBENCH_THREADS=$(THREADS))
 ASV_FLAGS := --python=same $(if $(QUICK),--quick) $(if $(RESUME),--skip-existing-successful)
 ASV_CLASSES := import sys; from kernels.report.results import benchmark_classes; print(*benchmark_classes(*sys.argv[1:]))

@@ -175,3 +175,16 @@ def test_asv_records_the_spread_of_a_track_benchmark_and_the_report_reads_it(tmp
     assert isinstance(ratio, Measured) and (float(ratio), ratio.low, ratio.high, ratio.n) == (3.0, 2.0, 4.0, 5)
     sleep = run.value("bench_spread.time_sleep")
     assert isinstance(sleep, Measured) and sleep.n == 3 and sleep.low <= sleep <= sleep.high
+
+
+@pytest.mark.parametrize("argv, preloaded", [(["benchmark.py", "run_server", "benchmarks", "socket"], True),
+                                             (["benchmark.py", "discover", "benchmarks", "out"], False)])
+def test_the_suite_preloads_the_kernels_in_asvs_forkserver_only(project_root, argv, preloaded):
+    """In asv's forkserver every benchmark is forked from the suite's import, so the rungs'
+    modules (and numba_tiled's compiled code) are loaded there once; anywhere else importing
+    the suite stays light."""
+    code = (f"import sys; sys.argv = {argv!r}; import benchmarks; "
+            "print('kernels.numba_tiled' in sys.modules, 'kernels.c_tiled' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=project_root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(preloaded)] * 2
