@@ -7,6 +7,7 @@ from ..costs import gflops, largest_fitting_seq_len
 from ..memory import format_bytes
 from ..registry import KERNELS
 from . import plots
+from .ceilings import fma_peak
 from .document import Plot, Section
 from .fits import FIT_MIN_N, FIT_MIN_POINTS, fit_power_law
 from .results import is_external, materialises
@@ -162,7 +163,11 @@ def memory(run):
 # -- throughput -------------------------------------------------------------------------
 
 def throughput(run):
-    def gemm_ceiling(ax, dtype, drawn):
+    def ceilings(ax, dtype, drawn):
+        peak = fma_peak(run, dtype)
+        if not missing(peak):
+            ax.axhline(peak, color="black", linestyle="-", linewidth=1.5,
+                       label=f"FMA peak, every thread: {peak:.1f} GFLOP/s")
         gemm, benchmark = spec.GEMM[dtype]
         ceiling = run.value(benchmark)
         if not missing(ceiling):
@@ -175,12 +180,13 @@ def throughput(run):
             run, path, spec.SEQ_LEN_TIME, f"Attention throughput vs sequence length ({SHAPE})",
             "GFLOP/s (4·n²·d flops per call ÷ time; log scale)",
             label=lambda kernel, dtype: plots.kernel_label(kernel),
-            to_y=lambda seq_len, seconds: one_head_gflops(seconds, seq_len), decorate=gemm_ceiling)
+            to_y=lambda seq_len, seconds: one_head_gflops(seconds, seq_len), decorate=ceilings)
 
     return Section("Throughput against sequence length", [
-        Plot("throughput_vs_n.png", "GFLOP/s against n with the BLAS gemm ceiling", draw),
-        "GFLOP/s of one head against the sgemm (float32) and dgemm (float64) throughput of the "
-        "installed BLAS, measured in the same run: the most a kernel built on matrix products can expect.",
+        Plot("throughput_vs_n.png", "GFLOP/s against n under the FMA peak and the BLAS gemm", draw),
+        "GFLOP/s of one head under the machine's FMA peak in that precision (the most any kernel can "
+        "reach) and the sgemm (float32) and dgemm (float64) throughput of the installed BLAS (what its "
+        "matrix products reach), both measured in the same run.",
     ])
 
 
