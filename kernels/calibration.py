@@ -94,13 +94,16 @@ def slowdowns(calibrations):
     phases}: 1.0 for a class measured on a machine as fast as it ever was in this run.
     A class measured again (``RESUME=1``, ``BENCH=``) is judged by its latest calibrations,
     those around the results the file now holds."""
-    best = best_rates(calibrations)
-    latest = {(c.label, c.phase): c for c in calibrations}
-    lowest = {}
-    for (label, _), c in latest.items():
+    best, lowest = best_rates(calibrations), {}
+    for c in latest(calibrations):
         fraction = min(c.rates[key] / best[key] for key in WORKLOADS)
-        lowest[label] = min(fraction, lowest.get(label, 1.0))
+        lowest[c.label] = min(fraction, lowest.get(c.label, 1.0))
     return lowest
+
+
+def latest(calibrations):
+    """The last calibration of each (label, phase): those around the results kept now."""
+    return list({(c.label, c.phase): c for c in calibrations}.values())
 
 
 def disturbed(calibrations):

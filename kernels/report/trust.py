@@ -10,7 +10,8 @@ the bandwidth was measured low.
 import math
 
 from .. import bench_spec as spec
-from ..calibration import DISTURBED_BELOW, WORKLOADS, best_rates, disturbed, read_calibration, slowdowns
+from ..calibration import (DISTURBED_BELOW, WORKLOADS, best_rates, disturbed, latest, read_calibration,
+                           slowdowns)
 from ..spread import bounds
 from .decode import cache_read_fraction
 from .document import Section
@@ -69,7 +70,7 @@ def _agreement_rows(run):
 
 
 def _lowest(calibrations, key):
-    return min(c.rates[key] for c in calibrations)
+    return min(c.rates[key] for c in latest(calibrations))
 
 
 def _verdict(value):
