@@ -133,7 +133,7 @@ def plot_roofline(run, path):
         for kernel in dict.fromkeys(p.kernel for p in drawn):
             ax.scatter([], [], color=styles[kernel]["color"], marker="o", label=plots.kernel_label(kernel))
         for i, shape in enumerate(shapes):
-            ax.scatter([], [], color="grey", marker=SHAPE_MARKERS[i % 4], label=shape)
+            ax.scatter([], [], color="black", facecolors="none", marker=SHAPE_MARKERS[i % 4], label=shape)
         # limits first: one lone point would give the log scales an empty range
         highest = max([float(p.gflops) for p in drawn] + [roof(run, high)], key=lambda v: -1 if missing(v) else v)
         ax.set_xlim(low, high)
