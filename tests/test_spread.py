@@ -28,6 +28,7 @@ def test_a_quotient_spans_the_extreme_ratios_of_both_ranges():
     both = quotient(Measured(4.0, 3.0, 5.0, 3), time)
     assert (both.low, both.high, both.n) == (3.0 / 2.5, 5.0 / 1.5, 3)
     assert type(quotient(4.0, 2.0)) is float
+    assert quotient(time, time) == 1.0 and not isinstance(quotient(time, time), Measured)  # no spread against itself
     assert isinstance(ratio(Measured(1.0, 0.9, 1.1, 5), 2.0), Measured)
     assert math.isnan(ratio(Measured(1.0, 0.9, 1.1, 5), 0.0))
 
