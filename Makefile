@@ -23,16 +23,23 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# One stamp per install: editable, with the test and bench extras.
+# One stamp per install: editable, with the test and bench extras.  On every editable
+# install setuptools warns, in a banner, that a folder named like the package may take
+# precedence in imports: here kernels/ is that folder on purpose, so that one warning (and
+# only it: pip's errors and other warnings still show) is filtered, after any of yours.
+comma := ,
+EDITABLE_WARNINGS := $(if $(PYTHONWARNINGS),$(PYTHONWARNINGS)$(comma))ignore:Editable installation
+$(VENV)/.installed peers: export PYTHONWARNINGS := $(EDITABLE_WARNINGS)
 $(VENV)/.installed: $(PY) $(SOURCES)
 	$(PY) -m pip install --quiet -e ".[test,bench]"
 	@touch $@
 
 # Numba checks a cached kernel against its own source file only, and the SIMD helpers
-# compiled into numba_tiled live in numba_simd.py: a change there drops the cached kernels.
+# compiled into numba_tiled live in numba_simd.py: a change there drops the cached kernels
+# (when there are any).
 NUMBA_CACHE := $(wildcard kernels/__pycache__/*.nbi kernels/__pycache__/*.nbc)
 $(VENV)/.numba-simd: kernels/numba_simd.py | $(PY)
-	rm -f $(NUMBA_CACHE)
+	$(if $(NUMBA_CACHE),@echo "kernels/numba_simd.py changed: dropping Numba's cached kernels"; rm -f $(NUMBA_CACHE))
 	@touch $@
 
 install: $(VENV)/.installed $(VENV)/.numba-simd

@@ -1,5 +1,7 @@
 """The command line: ``python -m kernels {list,verify,timing,report,explain,heatmap}`` (also ``attnbench``)."""
 import argparse
+import contextlib
+import math
 import os
 import pathlib
 import sys
@@ -8,10 +10,13 @@ import time
 
 import numpy as np
 
-from . import harness, threads
+from . import files, harness, threads
 from .api import ExtensionNotBuilt, attention, check_resources, planned
 from .costs import attention_flops
 from .registry import KERNELS
+
+# left out of timing's default set, saying so: pure-Python loops, slow and size-capped
+LEFT_OUT_BY_DEFAULT = ("naive",)
 
 # What a user can get wrong (a value, a path, a size, the build): one line on stderr and
 # exit status 1.  Anything else is a bug and keeps its traceback.
@@ -48,6 +53,11 @@ def _kernel_name(text):
     return text
 
 
+def _count(number, noun):
+    """ "1 kernel", "3 kernels": ``number`` and ``noun``, plural unless it is 1."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def _output_folder(path):
     """Create ``path`` if needed and check that files can be written in it, before any
     work is done; OSError saying which of the two failed otherwise."""
@@ -64,6 +74,24 @@ def _output_folder(path):
     except OSError as error:
         raise OSError(f"cannot write in the output folder {folder}: {error.strerror}") from None
     return folder
+
+
+@contextlib.contextmanager
+def _staged_output(path, carry=()):
+    """The output folder ``path`` checked (``_output_folder``), then a ``files.Staging``
+    inside it for the command to write into: its files move into ``path`` only when the
+    command succeeds; on failure ``path`` is left as it was, and removed again (with any
+    parents) if this command created it."""
+    created = files.missing_folders(path)
+    try:
+        folder = _output_folder(path)
+    except OSError:
+        for made in created:  # created, but cannot be written in
+            with contextlib.suppress(OSError):
+                made.rmdir()
+        raise
+    with files.staged(folder, created=created, carry=carry) as staging:
+        yield staging
 
 
 def _table(header, rows):
@@ -102,15 +130,15 @@ def cmd_verify(args):
     print(_table(["kernel", "case", "dtype", "error", "budget", "status", "note"], rows))
     total = len(rows)
     print(f"\n{total - failures - skips} passed, {failures} failed, {skips} skipped "
-          f"({len(names)} kernels × {len(harness.CASES)} cases × {len(harness.DTYPES)} dtypes; "
-          f"threads: {threads.describe()})")
+          f"({_count(len(names), 'kernel')} × {_count(len(harness.CASES), 'case')} × "
+          f"{_count(len(harness.DTYPES), 'dtype')}; threads: {threads.describe()})")
     return 1 if failures else 0
 
 
 def cmd_timing(args):
     """Median wall time of each kernel at a few sequence lengths (the quick look)."""
     dtype = np.dtype(args.dtype)
-    names = args.kernel or [name for name in KERNELS if name != "naive"]
+    names = args.kernel or [name for name in KERNELS if name not in LEFT_OUT_BY_DEFAULT]
     unable = _kernels_unable(names, args, dtype)  # refuses before allocating anything
     rng = np.random.default_rng(0)
     rows = []
@@ -133,61 +161,124 @@ def cmd_timing(args):
             row.append(f"{median * 1e3:.1f} ms {flops / median / 1e9:.1f} GF/s")
         rows.append(row)
         del q, k, v
-    print(f"{dtype.name}, {args.heads} heads, d={args.head_dim}, causal={args.causal}, "
+    print(f"{dtype.name}, {_count(args.heads, 'head')}, d={args.head_dim}, causal={args.causal}, "
           f"threads: {threads.describe()}, median of {args.repeat}")
     print(_table(["n"] + names, rows))
     for (n, name), reason in unable.items():
         print(f"n/a: {name} at n={n}: {reason}")
+    if not args.kernel:
+        for name in LEFT_OUT_BY_DEFAULT:
+            if name in KERNELS:
+                print(_left_out(KERNELS[name], args.heads))
     return 0
+
+
+def _left_out(kernel, heads):
+    """One line: ``kernel`` was left out of timing's default set, why, and how to time it."""
+    largest = math.isqrt(kernel.max_scores // heads) if kernel.max_scores else None
+    reach = f", so n ≤ {largest:,} at {_count(heads, 'head')}" if largest else ""
+    return (f"{kernel.name} left out (pure-Python loops, about a second a call at its size cap "
+            f"{kernel.cap}{reach}); --kernel {kernel.name} to include it")
+
+
+def _unable(names, calls):
+    """{(key, kernel): why} for every call (key, ``Problem``) of ``calls`` that a kernel of
+    ``names`` cannot run (dtype, size cap, memory for the inputs, output and workspace:
+    ``check_resources``), found before anything is made."""
+    unable = {}
+    for key, problem in calls:
+        for name in names:
+            try:
+                check_resources(KERNELS[name], problem, problem.input_bytes)
+            except (ValueError, MemoryError) as reason:
+                unable[key, name] = reason
+    return unable
 
 
 def _kernels_unable(names, args, dtype):
     """{(n, kernel): why} for the kernels that cannot run n (size cap, memory for the
     inputs, output and workspace); raises the reason when no kernel can run some n."""
-    unable = {}
+    unable = _unable(names, [(n, planned((args.heads,), n, n, args.head_dim, args.head_dim, dtype, args.causal))
+                             for n in args.seq_len])
     for n in args.seq_len:
-        problem = planned((args.heads,), n, n, args.head_dim, args.head_dim, dtype, args.causal)
-        reasons = {}
-        for name in names:
-            try:
-                check_resources(KERNELS[name], problem, problem.input_bytes)
-            except (ValueError, MemoryError) as reason:
-                reasons[name] = reason
-        if len(reasons) == len(names):  # say why in our own rung's words, the last one asked for
-            raise reasons[([name for name in names if not KERNELS[name].external] or names)[-1]]
-        unable.update(((n, name), reason) for name, reason in reasons.items())
+        if all((n, name) in unable for name in names):  # say why in our own rung's words, the last one asked for
+            raise unable[n, ([name for name in names if not KERNELS[name].external] or names)[-1]]
     return unable
+
+
+def _refuse_unable_explain_kernel(name):
+    """ValueError, in one line, when kernel ``name`` cannot run every attention call of
+    the explain page (``explain.attention_calls``): which call, its size, why, and which
+    kernels can; before any folder is made or anything computed."""
+    from .viz.explain import attention_calls
+
+    calls = attention_calls()
+    unable = _unable([name], calls)
+    if not unable:
+        return
+    (label, _), reason = next(iter(unable.items()))
+    problem, kernel = dict(calls)[label], KERNELS[name]
+    size = f"{problem.batch}·{problem.n_q}·{problem.n_k} = {problem.batch * problem.n_q * problem.n_k:,} scores"
+    if kernel.refusal(problem.dtype):
+        why = f"({size}) is in {problem.dtype}, and {kernel.refusal(problem.dtype)}"
+    elif not kernel.fits(problem.batch, problem.n_q, problem.n_k):
+        why = f"({size}) is above its size cap, {kernel.cap}"
+    else:
+        why = f"({size}): {reason}"
+    able = [other for other in KERNELS if other != name and not _unable([other], calls)]
+    raise ValueError(f"kernel {name!r} cannot compute every example of the page: {label} {why}; "
+                     f"kernels that can: {', '.join(able) or 'none'}")
 
 
 def cmd_report(args):
     from .report import keep_machine, write_report  # matplotlib only when a report is asked for
+    from .report.machines import KEPT
 
-    # no results, or a malformed file: ValueError or OSError, one line from main
-    out = _output_folder(args.out)
-    print(f"wrote {write_report(args.results, out)}")
-    if args.keep_machine:
-        print(f"kept {keep_machine(args.results, out, args.keep_machine)}")
+    # no results, or a malformed file: ValueError or OSError, one line from main.  The
+    # report reads the machines kept in OUT/machines/ and --keep-machine prunes them:
+    # carried into the staging folder, and back.
+    with _staged_output(args.out, carry=(KEPT,)) as staging:
+        report = write_report(args.results, staging.folder)
+        # an unreadable kept file is named by its path: the one it will have, not the staged one
+        text = report.read_text(encoding="utf-8")
+        if str(staging.folder) in text:
+            files.write_text(report, text.replace(str(staging.folder), str(staging.target)))
+        kept = keep_machine(args.results, staging.folder, args.keep_machine) if args.keep_machine else None
+    print(f"wrote {staging.final(report)}")
+    if kept:
+        print(f"kept {staging.final(kept)}")
     return 0
 
 
 def cmd_explain(args):
     from .viz.explain import write_explanation  # matplotlib only when the page is asked for
 
-    print(f"wrote {write_explanation(_output_folder(args.out), kernel=args.kernel)}")
+    _refuse_unable_explain_kernel(args.kernel)
+    with _staged_output(args.out) as staging:
+        page = write_explanation(staging.folder, kernel=args.kernel)
+    print(f"wrote {staging.final(page)}")
     return 0
 
 
-def cmd_heatmap(args):
-    from .models.minilm import ModelNotInstalled
-    from .viz.heatmap import write_heatmap  # matplotlib and the model only when asked for
+def _progress(line):
+    """A long command's progress: one line on stderr, at once."""
+    print(" ".join(str(line).split()), file=sys.stderr, flush=True)
 
-    out = _output_folder(args.out)
+
+def cmd_heatmap(args):
+    from .models.minilm import ModelNotInstalled, model_folder
+    from .viz.heatmap import check_text, write_heatmap  # matplotlib and the model only when asked for
+
+    check_text(args.text)  # empty or blank: ValueError, one line from main
     try:
-        path = write_heatmap(args.text, out, kernel=args.kernel)
+        model_folder()  # missing: said before any folder is made
+        with _staged_output(args.out) as staging:
+            summary = write_heatmap(args.text, staging.folder, kernel=args.kernel,
+                                    sentence_set=args.sentence_set, progress=_progress)
     except ModelNotInstalled as missing:
-        print(f"attnbench heatmap: {missing}", file=sys.stderr)
+        print(f"attnbench heatmap: {' '.join(str(missing).split())}", file=sys.stderr)
         return 1
-    print(f"wrote {path}")
+    print(f"wrote {staging.final(summary)}")
     return 0
 
 
@@ -201,7 +292,7 @@ def main(argv=None):
         print(error, file=sys.stderr)
         return 2
     try:
-        if args.threads is None:
+        if getattr(args, "threads", None) is None:  # given neither before nor after the command
             threads.default_budget()  # a bad ATTNBENCH_THREADS / OMP_NUM_THREADS, said first
         else:
             threads.set_budget(args.threads)
@@ -216,43 +307,85 @@ def main(argv=None):
 
 
 def _parser():
-    parser = _Parser(prog="attnbench", description=__doc__)
-    parser.add_argument("--threads", type=_positive_int,
-                        help="thread budget for BLAS and our thread pool (default: ATTNBENCH_THREADS, "
-                             "else OMP_NUM_THREADS, else every CPU)")
+    # one --threads for every command, accepted before it and after it: SUPPRESS leaves
+    # it out of the namespace unless given, so that the command's own, when given, wins
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--threads", type=_positive_int, default=argparse.SUPPRESS,
+                        help="thread budget for BLAS and our thread pool, before or after the command "
+                             "(default: ATTNBENCH_THREADS, else OMP_NUM_THREADS, else every CPU)")
+    parser = _Parser(prog="attnbench", description=__doc__, parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="the registered kernels").set_defaults(func=cmd_list)
-    verify = sub.add_parser("verify", help="every kernel against the float64 reference")
-    verify.add_argument("--kernel", type=_kernel_name, action="append", help="only this kernel (repeatable)")
+
+    def command(name, func, summary, description=None):
+        """A subcommand: ``summary`` in the command list, ``description`` (or the summary) in its --help."""
+        parsed = sub.add_parser(name, help=summary, description=description or summary, parents=[common])
+        parsed.set_defaults(func=func)
+        return parsed
+
+    command("list", cmd_list, "the registered kernels: what each adds, its extra memory and its size cap")
+    verify = command("verify", cmd_verify, "every kernel against the float64 reference",
+                     f"Runs every kernel on the same {len(harness.CASES)} cases at float32 and float64 and "
+                     "holds each output to the float64 reference (kernels.reference), within an error budget "
+                     "set by the dtype's rounding; exit status 1 when any fails.")
+    verify.add_argument("--kernel", type=_kernel_name, action="append",
+                        help="only this kernel (repeatable; default: every registered kernel, naive included)")
     verify.add_argument("-v", "--verbose", action="store_true", help="print each row as it finishes")
-    verify.set_defaults(func=cmd_verify)
-    timing = sub.add_parser("timing", help="median time per kernel at a few sequence lengths")
-    timing.add_argument("--kernel", type=_kernel_name, action="append", help="only this kernel (repeatable)")
-    timing.add_argument("--seq-len", type=_positive_int, nargs="+", default=[256, 1024, 4096])
-    timing.add_argument("--heads", type=_positive_int, default=8)
-    timing.add_argument("--head-dim", type=_positive_int, default=64)
-    timing.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    timing.add_argument("--causal", action="store_true")
-    timing.add_argument("--repeat", type=_positive_int, default=5)
-    timing.set_defaults(func=cmd_timing)
-    report = sub.add_parser("report", help="REPORT.md, plots and CSV from asv's results")
-    report.add_argument("--results", default=".asv/results", help="asv results folder")
-    report.add_argument("--out", default="reports", help="where REPORT.md, PNGs and CSVs go")
+    timing = command("timing", cmd_timing, "median time per kernel at a few sequence lengths",
+                     "The quick look: median wall time and GFLOP/s of each kernel on random inputs "
+                     "(heads × n × head-dim, queries = keys = values in length) at each sequence length, "
+                     "after one untimed warm-up call.  The full measurements are `make bench`'s.")
+    naive = KERNELS.get("naive")
+    timing.add_argument("--kernel", type=_kernel_name, action="append",
+                        help="only this kernel (repeatable; default: every registered kernel but naive"
+                             + (f", whose pure-Python loops take about a second a call and are capped at {naive.cap}"
+                                if naive else "") + ")")
+    timing.add_argument("--seq-len", type=_positive_int, nargs="+", default=[256, 1024, 4096], metavar="N",
+                        help="the sequence lengths n to time, queries and keys alike (default: %(default)s)")
+    timing.add_argument("--heads", type=_positive_int, default=8,
+                        help="heads per call, each its own n × n attention (default: %(default)s)")
+    timing.add_argument("--head-dim", type=_positive_int, default=64, metavar="D",
+                        help="d, the width of each head's queries, keys and values (default: %(default)s)")
+    timing.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                        help="the inputs' floating-point type (default: %(default)s)")
+    timing.add_argument("--causal", action="store_true",
+                        help="causal attention, query i seeing keys 0 to i only (default: %(default)s, "
+                             "every query sees every key)")
+    timing.add_argument("--repeat", type=_positive_int, default=5,
+                        help="timed calls per kernel and n, of which the median is shown (default: %(default)s)")
+    report = command("report", cmd_report, "REPORT.md, plots and CSV tables from asv's results",
+                     "REPORT.md, its plots (PNG) and tables (CSV) from the newest asv results; `make bench` "
+                     "runs the benchmarks and then this.  Files are written into a hidden folder first and "
+                     "replace their namesakes in the output folder only when the whole report is written; "
+                     "other files there are left alone.")
+    report.add_argument("--results", default=".asv/results", help="asv's results folder (default: %(default)s)")
+    report.add_argument("--out", default="reports",
+                        help="where REPORT.md, the PNGs and CSVs go (default: %(default)s)")
     report.add_argument("--keep-machine", metavar="NAME",
                         help="after the report, keep machine NAME's newest results file and its machine.json "
                              "in OUT/machines/NAME/ (replacing its older results file there; the suite's "
                              "benchmarks.json in OUT/machines/), so that later reports, on any machine, lay it "
                              "beside the others in a Machines section (make bench does this)")
-    report.set_defaults(func=cmd_report)
-    explain = sub.add_parser("explain", help="figures of attention and a README.md that reads them")
-    explain.add_argument("--out", required=True, help="where README.md and the PNGs go")
+    explain = command("explain", cmd_explain, "figures of attention and a README.md that reads them",
+                      "Figures and numbers of attention on small worked examples (four 2-D tokens, a hand-built "
+                      "sentence, eight random heads, an attention sink, 2,048 tokens, soft against hard "
+                      "retrieval), computed by our kernels, and a README.md that reads them; about 10 s.  "
+                      "Nothing appears in the output folder unless the whole page is written.")
+    explain.add_argument("--out", required=True, help="where README.md and the PNGs go (made if missing)")
     explain.add_argument("--kernel", type=_kernel_name, default="c_tiled",
-                         help="the kernel that computes the attention")
-    explain.set_defaults(func=cmd_explain)
-    heatmap = sub.add_parser("heatmap", help="all-MiniLM-L6-v2's heads on a text: figures, viewer, summary.md")
-    heatmap.add_argument("--text", required=True, help="the text whose attention is drawn")
-    heatmap.add_argument("--out", required=True, help="where summary.md, the PNGs and viewer.html go")
+                         help="the kernel that computes every attention on the page, all in float64, the "
+                              "largest 64 queries against 64,000 keys: checked before anything is written "
+                              "(default: %(default)s)")
+    heatmap = command("heatmap", cmd_heatmap, "all-MiniLM-L6-v2's heads on a text: figures, viewer, summary.md",
+                      "all-MiniLM-L6-v2's 72 attention heads on a text: their maps, an interactive viewer "
+                      "(viewer.html) and summary.md, which reads them (needs the model: `make model`).  "
+                      "Nothing appears in the output folder unless the whole summary is written.")
+    heatmap.add_argument("--text", required=True,
+                         help="the text whose attention is drawn (the model reads at most 256 tokens: a longer "
+                              "text is cut, and every output says so)")
+    heatmap.add_argument("--out", required=True, help="where summary.md, the PNGs and viewer.html go (made if missing)")
     heatmap.add_argument("--kernel", type=_kernel_name, default="c_tiled",
-                         help="the kernel that computes the attention")
-    heatmap.set_defaults(func=cmd_heatmap)
+                         help="the kernel that computes the attention (default: %(default)s)")
+    heatmap.add_argument("--sentence-set", action="store_true",
+                         help="also measure the heads over the 30 bundled sentences, ablate each head, and hold "
+                              "them against the 2019 papers (about 5 minutes)")
     return parser

@@ -75,7 +75,7 @@ def _build():
     kernels = [
         Kernel(
             "naive",
-            "the seed's algorithm definition, line by line, in pure Python loops",
+            "self-attention as an algorithm (each query: scores, softmax, weighted sum), in pure Python loops",
             "O(n) per query row",
             "kernels.naive",
             max_scores=256 * 256,

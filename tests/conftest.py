@@ -99,17 +99,19 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def _check_png(path, min_side=300, min_bytes=10_000):
     """A whole PNG: the signature, then the IHDR chunk with the image's width and height;
-    more than ``min_bytes``, or it is an empty figure."""
+    more than ``min_bytes``, or it is an empty figure.  -> (width, height)."""
     data = pathlib.Path(path).read_bytes()
     assert data[:8] == PNG_SIGNATURE, f"{path} is not a PNG"
     width, height = struct.unpack(">II", data[16:24])
     assert min(width, height) >= min_side, f"{path} is only {width}×{height} pixels"
     assert len(data) > min_bytes, f"{path} has {len(data)} bytes: an empty figure?"
+    return width, height
 
 
 @pytest.fixture(scope="session")
 def assert_png():
-    """``assert_png(path, min_side=300, min_bytes=10_000)``: the file is a real, drawn PNG."""
+    """``assert_png(path, min_side=300, min_bytes=10_000)``: the file is a real, drawn PNG;
+    -> its (width, height) in pixels."""
     return _check_png
 
 

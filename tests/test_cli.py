@@ -1,7 +1,10 @@
 """What the command line does when a user gets something wrong: one line on stderr, a
 non-zero exit status (2 for the command line itself, 1 for a value, path, size or build
-it cannot work with), no traceback, and nothing large allocated first."""
+it cannot work with), no traceback, nothing large allocated first, and no output folder
+half written (``kernels.files.staged``); and what its help and output say."""
+import argparse
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -10,9 +13,12 @@ import tempfile
 import pytest
 
 import kernels
-from kernels import cli, threads
+from kernels import cli, files, threads
+from kernels.models import minilm
+from kernels.viz import explain, heatmap
 
 GiB = 2**30
+FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
 
 
 def run_main(capsys, *argv):
@@ -52,6 +58,8 @@ def a_file(tmp_path):
     (["--threads", "0", "list"], "argument --threads: must be at least 1, got 0"),
     (["--threads", "-1", "list"], "argument --threads: must be at least 1, got -1"),
     (["--threads", "abc", "list"], "argument --threads: 'abc' is not a whole number"),
+    (["list", "--threads", "0"], "argument --threads: must be at least 1, got 0"),
+    (["timing", "--seq-len", "8", "--threads", "abc"], "argument --threads: 'abc' is not a whole number"),
     (["benchmark"], "argument command: invalid choice: 'benchmark'"),
     ([], "the following arguments are required: command"),
 ])
@@ -77,6 +85,87 @@ def test_threads_option_sets_the_budget_and_records_oversubscription(capsys, mon
                               "--heads", "1", "--head-dim", "8", "--repeat", "1")
     assert status == 0 and threads.budget() == 3
     assert "threads: 3 threads, oversubscribed: 2 CPUs" in out.splitlines()[0]
+
+
+def subcommands():
+    """{name: parser} of every subcommand."""
+    group = next(action for action in cli._parser()._actions if isinstance(action, argparse._SubParsersAction))
+    return group.choices
+
+
+REQUIRED = {"explain": ["--out", "x"], "heatmap": ["--text", "x", "--out", "x"]}
+
+
+@pytest.mark.parametrize("command", ["list", "verify", "timing", "report", "explain", "heatmap"])
+def test_threads_is_accepted_before_and_after_every_command(command):
+    assert set(subcommands()) == {"list", "verify", "timing", "report", "explain", "heatmap"}
+    parse = cli._parser().parse_args
+    required = REQUIRED.get(command, [])
+    assert parse(["--threads", "3", command, *required]).threads == 3
+    assert parse([command, *required, "--threads", "2"]).threads == 2
+    assert parse(["--threads", "3", command, *required, "--threads", "2"]).threads == 2  # the command's wins
+    assert not hasattr(parse([command, *required]), "threads")  # neither: the environment's budget
+
+
+def test_threads_after_the_command_sets_the_budget(capsys, budget_unchanged):
+    status, out, _ = run_main(capsys, "timing", "--threads", "1", "--kernel", "numpy", "--seq-len", "16",
+                              "--heads", "1", "--head-dim", "8", "--repeat", "1")
+    assert status == 0 and threads.budget() == 1
+    assert out.splitlines()[0] == "float32, 1 head, d=8, causal=False, threads: 1 thread, median of 1"
+
+
+def test_every_option_of_every_command_says_what_it_does_and_its_default():
+    defaults = {"--seq-len": "(default: [256, 1024, 4096])", "--heads": "(default: 8)", "--head-dim": "(default: 64)",
+                "--dtype": "(default: float32)", "--causal": "(default: False,", "--repeat": "(default: 5)",
+                "--results": "(default: .asv/results)"}
+    for name, parser in subcommands().items():
+        assert parser.description, name
+        text = parser.format_help()
+        for action in parser._actions:
+            assert action.help, (name, action.option_strings)
+            option = action.option_strings[-1]
+            if option in defaults and name in ("timing", "report"):
+                assert defaults[option] in " ".join(text.split()), (name, option)
+    timing_kernel = next(a.help for a in subcommands()["timing"]._actions if "--kernel" in a.option_strings)
+    assert "default: every registered kernel but naive" in timing_kernel and "65,536" in timing_kernel
+    explain_kernel = next(a.help for a in subcommands()["explain"]._actions if "--kernel" in a.option_strings)
+    assert f"{explain.RETRIEVAL_QUERIES} queries against {max(explain.RETRIEVAL_SIZES):,} keys" in explain_kernel
+    sentence_set = next(a.help for a in subcommands()["heatmap"]._actions if "--sentence-set" in a.option_strings)
+    assert sentence_set == ("also measure the heads over the 30 bundled sentences, ablate each head, and hold "
+                            "them against the 2019 papers (about 5 minutes)")
+
+
+@pytest.mark.parametrize("number, noun, text", [(1, "kernel", "1 kernel"), (0, "head", "0 heads"),
+                                                (8, "head", "8 heads"), (1000, "case", "1,000 cases")])
+def test_counts_are_singular_for_one(number, noun, text):
+    assert cli._count(number, noun) == text
+
+
+def test_verify_summary_counts_one_kernel_in_the_singular(capsys, monkeypatch):
+    monkeypatch.setattr(cli.harness, "verify", lambda names: iter(()))
+    status, out, _ = run_main(capsys, "verify", "--kernel", "numpy")
+    assert status == 0
+    assert f"(1 kernel × {len(cli.harness.CASES)} cases × 2 dtypes; threads: " in out
+
+
+def test_timing_says_when_it_leaves_naive_out(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "KERNELS", {name: kernels.KERNELS[name] for name in ("naive", "numpy")})
+    argv = ["timing", "--seq-len", "16", "--heads", "1", "--head-dim", "8", "--repeat", "1"]
+    status, out, _ = run_main(capsys, *argv)
+    assert status == 0 and out.splitlines()[1].split() == ["n", "numpy"]
+    assert out.splitlines()[-1] == ("naive left out (pure-Python loops, about a second a call at its size cap "
+                                    "B·n_q·n_k ≤ 65,536, so n ≤ 256 at 1 head); --kernel naive to include it")
+    status, out, _ = run_main(capsys, *argv, "--kernel", "numpy")
+    assert status == 0 and "left out" not in out
+    status, out, _ = run_main(capsys, *argv[:3], "--heads", "8", *argv[5:])
+    assert "so n ≤ 90 at 8 heads)" in out.splitlines()[-1]
+
+
+def test_the_kernel_list_stands_on_its_own(capsys):
+    status, out, _ = run_main(capsys, "list")
+    assert status == 0
+    assert "seed" not in out and "§" not in out
+    assert "naive" in out and "in pure Python loops" in out
 
 
 def test_timing_refuses_inputs_that_cannot_fit_before_making_them(capsys, monkeypatch):
@@ -105,6 +194,13 @@ def test_timing_of_naive_above_its_cap_is_one_line(capsys):
     assert status == 1 and "kernel 'naive' is capped at" in error
 
 
+@pytest.fixture
+def model_installed(monkeypatch):
+    """As if all-MiniLM-L6-v2 were installed (the folder check comes after the model's)."""
+    monkeypatch.setattr(minilm, "model_folder", lambda: pathlib.Path("model"))
+
+
+@pytest.mark.usefixtures("model_installed")
 @pytest.mark.parametrize("command", [["explain"], ["heatmap", "--text", "x"],
                                      ["report", "--results", "tests/fixtures/asv_results"]])
 def test_an_output_folder_that_is_a_file_or_under_one_is_one_line(capsys, a_file, command):
@@ -131,7 +227,219 @@ def test_an_output_folder_that_cannot_be_created_or_written_is_one_line(capsys, 
 def test_report_without_results_is_one_line(capsys, tmp_path):
     status, _, error = run_main(capsys, "report", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "r"))
     assert status == 1
-    assert error.startswith("attnbench report: ") and str(tmp_path / "none") in error
+    assert error == f"attnbench report: no asv results folder at {tmp_path / 'none'} (run `make bench` first)"
+    assert not (tmp_path / "r").exists()  # made to check it, removed again
+    (tmp_path / "empty").mkdir()
+    status, _, error = run_main(capsys, "report", "--results", str(tmp_path / "empty"), "--out", str(tmp_path / "r"))
+    assert status == 1 and error.endswith("run `make bench` first)")
+    assert not (tmp_path / "r").exists()
+
+
+# -- no half-written output folder -------------------------------------------------------
+
+
+def folder_state(folder):
+    """{relative path: bytes} of every file under ``folder``, hidden ones included."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.fixture
+def old_output(tmp_path):
+    """An output folder that already holds an earlier run's files and one of the user's."""
+    folder = tmp_path / "out"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "README.md").write_text("earlier run")
+    (folder / "sub" / "figure.png").write_bytes(b"earlier figure")
+    (folder / "notes.txt").write_text("the user's own")
+    return folder
+
+
+def test_staged_outputs_replace_their_namesakes_and_leave_the_rest(old_output):
+    with files.staged(old_output) as staging:
+        assert staging.folder.parent == old_output and staging.folder.name.startswith(".")
+        files.write_text(staging.folder / "README.md", "this run")
+        (staging.folder / "sub").mkdir()
+        (staging.folder / "sub" / "figure.png").write_bytes(b"new figure")
+        (staging.folder / "deep" / "er").mkdir(parents=True)
+        (staging.folder / "deep" / "er" / "table.csv").write_text("a,b")
+        assert folder_state(old_output)["README.md"] == b"earlier run"  # nothing moved yet
+        assert staging.final(staging.folder / "sub" / "figure.png") == old_output / "sub" / "figure.png"
+    assert folder_state(old_output) == {"README.md": b"this run", "sub/figure.png": b"new figure",
+                                        "deep/er/table.csv": b"a,b", "notes.txt": b"the user's own"}
+
+
+@pytest.mark.parametrize("interrupt", [ValueError("a failure"), KeyboardInterrupt()])
+def test_a_failed_staged_command_leaves_the_folder_as_it_was(old_output, interrupt):
+    before = folder_state(old_output)
+    with pytest.raises(type(interrupt)):
+        with files.staged(old_output) as staging:
+            files.write_text(staging.folder / "README.md", "half a run")
+            raise interrupt
+    assert folder_state(old_output) == before
+    assert sorted(path.name for path in old_output.iterdir()) == ["README.md", "notes.txt", "sub"]
+
+
+def test_a_failed_staged_command_removes_the_folders_it_made(tmp_path):
+    target = tmp_path / "made" / "for" / "this"
+    created = files.missing_folders(target)
+    assert created == [target, target.parent, target.parent.parent]
+    target.mkdir(parents=True)
+    with pytest.raises(ValueError):
+        with files.staged(target, created=created) as staging:
+            (staging.folder / "figure.png").write_bytes(b"half")
+            raise ValueError("a failure")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_carried_files_come_back_with_what_the_command_removed_removed(tmp_path):
+    kept = tmp_path / "machines" / "box"
+    kept.mkdir(parents=True)
+    (kept / "old.json").write_text("older")
+    (kept / "machine.json").write_text("box")
+    (tmp_path / "machines" / "other.json").write_text("another machine")
+    with files.staged(tmp_path, carry=("machines", "absent")) as staging:
+        carried = staging.folder / "machines" / "box"
+        assert (carried / "old.json").read_text() == "older"  # the command can read them
+        (carried / "old.json").unlink()
+        (carried / "new.json").write_text("newer")
+    assert folder_state(tmp_path / "machines") == {"box/machine.json": b"box", "box/new.json": b"newer",
+                                                   "other.json": b"another machine"}
+    assert [path.name for path in tmp_path.iterdir()] == ["machines"]
+
+
+def test_explain_refuses_a_kernel_that_cannot_run_the_page_before_making_anything(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(explain, "write_explanation", lambda *args, **kwargs: pytest.fail("computed"))
+    out = tmp_path / "page"
+    status, out_text, error = run_main(capsys, "explain", "--out", str(out), "--kernel", "naive")
+    assert status == 1 and out_text == ""
+    able = ", ".join(name for name in kernels.KERNELS if name not in ("naive", "onnxruntime_attention",
+                                                                      "openvino_sdpa", "jax_attention"))
+    assert error == ("attnbench explain: kernel 'naive' cannot compute every example of the page: the "
+                     "soft-against-hard retrieval timing at N = 4,000 stored items (1·64·4000 = 256,000 scores) "
+                     f"is above its size cap, B·n_q·n_k ≤ 65,536; kernels that can: {able}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("peer", ["onnxruntime_attention", "openvino_sdpa", "jax_attention"])
+def test_explain_refuses_a_float32_only_peer_saying_why(capsys, tmp_path, peer):
+    if peer not in kernels.KERNELS:
+        pytest.skip(f"{peer} is not installed (make peers)")
+    status, _, error = run_main(capsys, "explain", "--out", str(tmp_path / "page"), "--kernel", peer)
+    assert status == 1
+    assert error.startswith(f"attnbench explain: kernel '{peer}' cannot compute every example of the page: "
+                            f"the 4-token example (1·4·4 = 16 scores) is in float64, and {peer} takes float32 only: ")
+    assert "; kernels that can: numpy, numba_tiled, c_tiled" in error
+    assert not (tmp_path / "page").exists()
+
+
+def half_then_fail(out_dir, **_):
+    """A writer that fails half-way, as ``explain --kernel naive`` did at its 8th figure."""
+    files.write_text(pathlib.Path(out_dir) / "README.md", "half a page")
+    (pathlib.Path(out_dir) / "figure.png").write_bytes(b"a figure")
+    raise ValueError("failed half-way")
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_failed_explain_leaves_no_half_written_folder(capsys, tmp_path, monkeypatch, old_output, existed):
+    monkeypatch.setattr(explain, "write_explanation", half_then_fail)
+    out = old_output if existed else tmp_path / "new" / "page"
+    before = folder_state(out) if existed else None
+    status, _, error = run_main(capsys, "explain", "--out", str(out))
+    assert status == 1 and error == "attnbench explain: failed half-way"
+    if existed:
+        assert folder_state(out) == before and len(list(out.iterdir())) == 3
+    else:
+        assert not (tmp_path / "new").exists()
+
+
+def test_explain_moves_the_page_into_place_once_written(capsys, monkeypatch, old_output):
+    def page(out_dir, *, kernel):
+        assert out_dir.parent == old_output and out_dir.name.startswith(".attnbench-staging-")
+        (out_dir / "figure.png").write_bytes(kernel.encode())
+        return files.write_text(out_dir / "README.md", "the page")
+
+    monkeypatch.setattr(explain, "write_explanation", page)
+    status, out, _ = run_main(capsys, "explain", "--out", str(old_output), "--kernel", "numpy")
+    assert status == 0 and out == f"wrote {old_output / 'README.md'}\n"
+    assert folder_state(old_output) == {"README.md": b"the page", "figure.png": b"numpy",
+                                        "sub/figure.png": b"earlier figure", "notes.txt": b"the user's own"}
+
+
+def test_a_failed_report_leaves_the_existing_reports_as_they_were(capsys, monkeypatch, old_output):
+    import kernels.report
+
+    monkeypatch.setattr(kernels.report, "write_report", lambda results, out_dir: half_then_fail(out_dir))
+    before = folder_state(old_output)
+    status, _, error = run_main(capsys, "report", "--results", str(FIXTURE), "--out", str(old_output))
+    assert status == 1 and error == "attnbench report: failed half-way"
+    assert folder_state(old_output) == before and len(list(old_output.iterdir())) == 3
+
+
+def test_the_report_replaces_files_one_by_one_and_names_kept_files_where_they_land(capsys, old_output):
+    broken = old_output / "machines" / "testbox" / "c0ffee12-broken.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"commit_hash": ')
+    status, out, _ = run_main(capsys, "report", "--results", str(FIXTURE), "--out", str(old_output))
+    assert status == 0 and out == f"wrote {old_output / 'REPORT.md'}\n"
+    report = (old_output / "REPORT.md").read_text()
+    assert f"{broken}: not valid JSON" in report and ".attnbench-staging" not in report
+    after = folder_state(old_output)
+    assert after["README.md"] == b"earlier run" and after["notes.txt"] == b"the user's own"
+    assert after["machines/testbox/c0ffee12-broken.json"] == b'{"commit_hash": '
+    assert any(name.endswith(".png") for name in after) and any(name.endswith(".csv") for name in after)
+    assert not [path for path in old_output.iterdir() if path.name.startswith(".")]
+
+
+# -- heatmap: text, then model, then folder --------------------------------------------------
+
+
+def test_heatmap_refuses_a_blank_text_before_anything_else(capsys, tmp_path, a_file):
+    status, out, error = run_main(capsys, "heatmap", "--text", "  \n ", "--out", str(a_file / "sub"))
+    assert status == 1 and out == ""
+    assert error.startswith("attnbench heatmap: the text is empty")
+
+
+def test_heatmap_without_the_model_is_one_line_and_makes_no_folder(capsys, tmp_path, monkeypatch):
+    def missing():
+        raise minilm.ModelNotInstalled("all-MiniLM-L6-v2 is not installed:\nrun `make model`")
+
+    monkeypatch.setattr(minilm, "model_folder", missing)
+    monkeypatch.setattr(heatmap, "write_heatmap", lambda *args, **kwargs: pytest.fail("written"))
+    status, out, error = run_main(capsys, "heatmap", "--text", "The cat sat", "--out", str(tmp_path / "h"))
+    assert status == 1 and out == ""
+    assert error == "attnbench heatmap: all-MiniLM-L6-v2 is not installed: run `make model`"
+    assert not (tmp_path / "h").exists()
+
+
+@pytest.mark.usefixtures("model_installed")
+@pytest.mark.parametrize("sentence_set", [False, True])
+def test_heatmap_writes_through_a_staging_folder_with_progress_on_stderr(capsys, tmp_path, monkeypatch,
+                                                                         sentence_set):
+    calls = []
+
+    def write(text, out_dir, **kwargs):
+        calls.append((text, out_dir, kwargs))
+        kwargs["progress"]("maps drawn\n(1 of 2)")
+        return files.write_text(out_dir / "summary.md", "summary")
+
+    monkeypatch.setattr(heatmap, "write_heatmap", write)
+    out = tmp_path / "h"
+    assert cli.main(["heatmap", "--text", "The cat sat", "--out", str(out), "--kernel", "numpy"]
+                    + ["--sentence-set"] * sentence_set) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"wrote {out / 'summary.md'}\n" and captured.err == "maps drawn (1 of 2)\n"
+    [(text, staged_dir, kwargs)] = calls
+    assert text == "The cat sat" and staged_dir.parent == out and staged_dir.name.startswith(".")
+    assert kwargs["kernel"] == "numpy" and kwargs["sentence_set"] is sentence_set
+    assert folder_state(out) == {"summary.md": b"summary"}
+
+
+@pytest.mark.usefixtures("model_installed")
+def test_a_failed_heatmap_leaves_no_folder(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(heatmap, "write_heatmap", lambda text, out_dir, **_: half_then_fail(out_dir))
+    status, _, error = run_main(capsys, "heatmap", "--text", "The cat sat", "--out", str(tmp_path / "h"))
+    assert status == 1 and error == "attnbench heatmap: failed half-way"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_c_extension_missing_says_how_to_rebuild(capsys, monkeypatch):

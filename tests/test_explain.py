@@ -1,5 +1,5 @@
-"""``python -m kernels explain``: the page, its figures, and the seed's 4-token example
-held to numbers worked out by hand."""
+"""``python -m kernels explain``: the page, its figures, and the source text's 4-token
+example (the textbook's code example) held to numbers worked out by hand."""
 import dataclasses
 import math
 import re
@@ -7,11 +7,12 @@ import re
 import numpy as np
 import pytest
 
-from kernels import analyse_attention, cli
+import kernels.api
+from kernels import analyse_attention, attention_entropy, cli
 from kernels.layers.retrieval import LOADED_BELOW, retrieval_cost, soft_vs_hard
 from kernels.viz import explain
 
-# The seed's §11.1.7 test: X = [[1, 0], [0, 1], [1, 1], [0.5, 0.5]] (The, cat, sat, mat) and
+# The source text's 4-token test (its code example, §11.1.7): X = [[1, 0], [0, 1], [1, 1], [0.5, 0.5]] (The, cat, sat, mat) and
 # W_Q = W_K = W_V = I, so Q = K = V = X and the scores are X Xᵀ / √2:
 #     The  [1,   0,   1, 0.5] / √2        (The·The = 1, The·cat = 0, The·sat = 1, The·mat = 0.5)
 #     cat  [0,   1,   1, 0.5] / √2
@@ -48,10 +49,25 @@ TOLERANCE = 1e-12
 
 
 @pytest.fixture(scope="module")
-def page_dir(tmp_path_factory):
+def page_and_calls(tmp_path_factory):
+    """The page's folder, and the shape of every ``kernels.attention`` call made for it."""
     out_dir = tmp_path_factory.mktemp("explain")
-    assert cli.main(["explain", "--out", str(out_dir)]) == 0
-    return out_dir
+    calls = []
+    check = kernels.api.check_resources
+
+    def recording(kernel, problem, *args, **kwargs):
+        calls.append((kernel.name, problem))
+        return check(kernel, problem, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels.api, "check_resources", recording)
+        assert cli.main(["explain", "--out", str(out_dir)]) == 0
+    return out_dir, calls
+
+
+@pytest.fixture(scope="module")
+def page_dir(page_and_calls):
+    return page_and_calls[0]
 
 
 @pytest.fixture(scope="module")
@@ -66,21 +82,21 @@ def section(page, number):
     return page[start : end if end != -1 else len(page)]
 
 
-def test_the_hand_values_are_the_seed_s_numbers():
+def test_the_hand_values_are_the_source_text_s_numbers():
     # the arithmetic above, against the rounded values it claims
     np.testing.assert_allclose(HAND_WEIGHTS.sum(axis=1), 1, rtol=1e-15)
     np.testing.assert_allclose(HAND_WEIGHTS[0], [0.3130, 0.1543, 0.3130, 0.2198], atol=5e-5)
     np.testing.assert_allclose(HAND_OUTPUTS[:, 0], [0.7358, 0.5772, 0.7017, 0.6609], atol=5e-5)
 
 
-def test_seed_example_matches_the_hand_arithmetic(own_kernel_name):
-    example = explain.seed_example(own_kernel_name)
+def test_four_token_example_matches_the_hand_arithmetic(own_kernel_name):
+    example = explain.four_token_example(own_kernel_name)
     assert example.tokens == ("The", "cat", "sat", "mat")
     np.testing.assert_allclose(example.weights, HAND_WEIGHTS, rtol=0, atol=TOLERANCE)
     np.testing.assert_allclose(example.outputs, HAND_OUTPUTS, rtol=0, atol=TOLERANCE)
 
 
-def test_page_prints_the_seed_s_numbers(page):
+def test_page_prints_the_source_text_s_numbers(page):
     first = section(page, 1)
     for value in np.concatenate([HAND_WEIGHTS.ravel(), HAND_OUTPUTS.ravel()]):
         assert f"{value:.4f}" in first
@@ -91,6 +107,48 @@ def test_every_figure_on_the_page_exists(page, page_dir, assert_png):
     assert len(files) == len(set(files)) == 9  # one per figure function call in explain
     for name in files:
         assert_png(page_dir / name)
+
+
+def shape(problem):
+    """What a call's size and type are, whatever its scale."""
+    return (problem.batch_shape, problem.n_q, problem.n_k, problem.d, problem.d_v, problem.dtype, problem.causal)
+
+
+def test_attention_calls_lists_every_call_the_page_makes(page_and_calls):
+    """The command refuses a kernel by ``attention_calls`` before computing anything: it
+    must name every call the page makes, and no call it does not make."""
+    _, calls = page_and_calls
+    assert {name for name, _ in calls} == {"c_tiled"}
+    made = {shape(problem) for _, problem in calls}
+    listed = {shape(problem) for _, problem in explain.attention_calls()}
+    assert made == listed
+    assert len(explain.attention_calls()) == 3 + len(explain.RETRIEVAL_SIZES)
+
+
+def test_page_numbers_heads_from_0_as_head_mask_does(page):
+    heads = section(page, 3)
+    assert "Heads are numbered from 0 to 7 here and in the figures" in heads and "`head_mask`" in heads
+    rows = [line.split("|")[1].strip() for line in heads.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert rows == [str(h) for h in range(8)]
+    masked = re.search(r"Masking head (\d+) changes the output most \((\d+\.\d)%\), head (\d+) least", heads)
+    table = {int(line.split("|")[1]): line.split("|")[3].strip() for line in heads.splitlines()
+             if re.match(r"\| \d+ \|", line)}
+    assert table[int(masked[1])] == f"{masked[2]}%"  # the text's head is the table's row
+    entropy = attention_entropy(explain.heads_example().weights)
+    h, row = np.unravel_index(entropy.argmin(), entropy.shape)
+    assert f'the most focused row is "{explain.SENTENCE[row]}" in head {h} (' in " ".join(section(page, 5).split())
+
+
+def test_page_stands_on_its_own(page):
+    """No bare section numbers of a document the reader does not have, no "the seed"; the
+    source text is named once, with where to find it."""
+    assert "§" not in page and "seed's" not in page and "the seed" not in page and "Exercise" not in page
+    assert page.count('the project README\'s "The source text"') == 1
+    assert '"The algorithmic essence of self-attention"' in page
+    for number, asked in ((2, "second exercise"), (3, "third exercise"), (5, "fourth exercise"),
+                          (6, "sixth exercise")):
+        assert f"textbook's {asked}" in " ".join(section(page, number).split())
+    assert "The textbook's code example, a 4-token test" in section(page, 1)
 
 
 def test_sentence_example_sat_attends_to_cat_most():

@@ -49,7 +49,7 @@ def test_large_logits_pass_on_every_seed(own_kernel_name, logit_scale):
                                 logit_scale=logit_scale)
             outcome = harness.check(own_kernel_name, case, np.float32)
             if outcome.status == "skip":
-                pytest.skip(outcome.note)
+                pytest.skip(f"{outcome.kernel}: {outcome.note}")
             c = outcome.comparison
             assert c.ok, f"{own_kernel_name} {case.label} x{logit_scale}: error {c.error:.3e} > {c.budget:.3e}"
 

@@ -89,20 +89,93 @@ def test_the_ablation_sentences_are_always_the_same_third_of_the_set():
 
 
 @pytest.mark.usefixtures("minilm_model")
-def test_heatmap_command_writes_summary_figures_and_viewer(tmp_path, capsys, assert_png, monkeypatch):
-    monkeypatch.setattr(head_analysis, "ABLATION_STRIDE", 30)  # ablate one sentence: 72 passes, not 720
+def test_heatmap_command_writes_summary_figures_and_viewer_of_the_text_alone(tmp_path, capsys, assert_png):
     out = tmp_path / "heatmap"
     assert cli.main(["heatmap", "--text", "The cat sat on the mat", "--out", str(out),
                      "--kernel", "numpy"]) == 0
-    assert str(out / "summary.md") in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert str(out / "summary.md") in captured.out
+    assert "attention of the text: 8 tokens" in captured.err    # progress, as each step ends
     summary = (out / "summary.md").read_text()
-    for name in heatmap.FIGURES.values():
+    for name in heatmap.TEXT_FIGURES.values():
         assert_png(out / name)
         assert f"]({name})" in summary
-    assert (out / heatmap.VIEWER).stat().st_size > 0
+    # the bundled sentences are neither measured nor drawn unless asked for, and it says so
+    assert not any((out / name).exists() for name in heatmap.SENTENCE_FIGURES.values())
+    assert "Every figure and table comes from this text alone." in summary and "--sentence-set" in summary
+    assert (out / heatmap.VIEWER).stat().st_size > 0 and (out / f"{heatmap.FOCUS}.csv").exists()
     for section in ("Where each token looks most", "Entropy per head", "Anomalous columns",
-                    'Does "sat" attend to "cat"?', "Held against the published findings"):
+                    "Pattern of each head", 'Does "sat" attend to "cat"?'):
         assert section in summary
+    assert "kept" not in summary   # nothing was cut
+
+
+@pytest.mark.usefixtures("minilm_model")
+def test_heatmap_with_the_sentence_set_adds_its_figures_ablation_and_the_papers(tmp_path, assert_png,
+                                                                                 monkeypatch):
+    three = head_analysis.sentences()[:3]
+    monkeypatch.setattr(head_analysis, "sentences", lambda: three)
+    monkeypatch.setattr(head_analysis, "ABLATION_STRIDE", 3)  # ablate one sentence: 72 passes, not 720
+    lines = []
+    heatmap.write_heatmap("The cat sat on the mat", tmp_path, kernel="numpy", sentence_set=True,
+                          progress=lines.append)
+    summary = (tmp_path / "summary.md").read_text()
+    for name in {**heatmap.TEXT_FIGURES, **heatmap.SENTENCE_FIGURES}.values():
+        assert_png(tmp_path / name)
+        assert f"]({name})" in summary
+    assert "## Over the 3 bundled sentences" in summary and "Held against the published findings" in summary
+    assert any(line.startswith("ablation: 72 of 72 heads") for line in lines)
+
+
+def test_the_text_figures_come_from_the_text(tmp_path, minilm_model):
+    """Two texts give two different entropy figures (they once came from the sentence set)."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    heatmap.write_heatmap("The cat sat on the mat", first, kernel="numpy")
+    heatmap.write_heatmap("Birds fly south in winter, and come back in spring.", second, kernel="numpy")
+    for name in ("entropy", "mass", "classes"):
+        assert (first / heatmap.TEXT_FIGURES[name]).read_bytes() != (second / heatmap.TEXT_FIGURES[name]).read_bytes()
+
+
+@pytest.mark.usefixtures("minilm_model")
+def test_a_long_text_is_cut_and_every_output_says_so_legibly(tmp_path, assert_png):
+    text = " ".join(["word"] * 700)
+    lines = []
+    heatmap.write_heatmap(text, tmp_path, kernel="c_tiled", progress=lines.append)
+    said = f"kept {minilm.MAX_SEQ_LENGTH} of 702 tokens"       # 700 words, [CLS] and [SEP]
+    summary = (tmp_path / "summary.md").read_text()
+    assert said in lines[0] and said in summary and said in (tmp_path / heatmap.VIEWER).read_text()
+    # legible at any length: a short heading, no line a page wide outside the tables, the
+    # focus tables cut at FOCUS_ROWS query tokens (all in focus.csv), a figure of fixed size
+    heading = summary.splitlines()[0]
+    assert heading.startswith("# ") and len(heading) <= heatmap.EXCERPT_CHARS + 40
+    prose = [line for line in summary.splitlines() if not line.startswith("|")]
+    assert max(map(len, prose)) < 600
+    assert f"The first {heatmap.FOCUS_ROWS} of the 256 query tokens" in summary
+    assert len((tmp_path / f"{heatmap.FOCUS}.csv").read_text().splitlines()) == 1 + 6 * 256
+    width, height = assert_png(tmp_path / heatmap.TEXT_FIGURES["maps"])
+    assert width < 2600 and height < 1500    # 2,276 × 1,298 at 256 tokens, 2,196 × 1,201 at 8
+
+
+def test_minilm_warns_when_it_cuts_a_text(minilm_model):
+    with pytest.warns(minilm.Truncated, match="kept 256 of 702 tokens"):
+        tokens, weights = minilm.attentions(" ".join(["word"] * 700), kernel="numpy")
+    assert len(tokens) == 256 and tokens[-1] == "[SEP]" and weights.shape[-1] == 256
+    assert minilm.token_count(" ".join(["word"] * 700)) == 702
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t "])
+def test_a_blank_text_is_refused_before_anything_loads(text, monkeypatch):
+    monkeypatch.setattr(minilm, "load", lambda *a, **k: pytest.fail("loaded the model for a blank text"))
+    with pytest.raises(ValueError, match="the text is empty"):
+        heatmap.check_text(text)
+    with pytest.raises(ValueError, match="the text is empty"):
+        heatmap.write_heatmap(text, "/nonexistent/never-written")
+
+
+def test_the_excerpt_is_one_short_line_cut_at_a_word():
+    assert heatmap.excerpt("The cat\nsat") == "The cat sat"
+    long = heatmap.excerpt("alpha beta " * 40)
+    assert len(long) <= heatmap.EXCERPT_CHARS and long.endswith(" …") and "\n" not in long
 
 
 def test_heatmap_command_without_the_model_says_how_to_install_it(monkeypatch, tmp_path, capsys):

@@ -11,7 +11,7 @@ DTYPE_IDS = [np.dtype(d).name for d in harness.DTYPES]
 
 def _assert_outcome(outcome):
     if outcome.status == "skip":
-        pytest.skip(outcome.note)
+        pytest.skip(f"{outcome.kernel}: {outcome.note}")
     c = outcome.comparison
     print(f"{outcome.kernel} {outcome.case.label} {outcome.dtype}: error {c.error:.2e} "
           f"(budget {c.budget:.2e}), max abs {c.max_abs:.2e}, max rel {c.max_rel:.2e}")

@@ -84,7 +84,8 @@ def test_a_failed_append_is_a_clear_error_and_changes_nothing(k_shape, v_shape, 
 def test_attend_has_the_api_errors():
     cache = kernels.KVCache(HEADS, HEAD_DIM)
     q = np.zeros((HEADS, 1, HEAD_DIM), np.float32)
-    with pytest.raises(ValueError, match="n_k must be at least 1"):  # nothing cached yet
+    with pytest.raises(ValueError, match=r"the cache is empty: append at least one token's key and value "
+                                         r"\(cache.append\(k, v\)\) before attend"):
         cache.attend(q)
     cache.append(np.zeros((HEADS, 2, HEAD_DIM), np.float32), np.zeros((HEADS, 2, HEAD_DIM), np.float32))
     with pytest.raises(ValueError, match="leading"):
@@ -93,6 +94,14 @@ def test_attend_has_the_api_errors():
         cache.attend(q.astype(np.float64))
     with pytest.raises(ValueError, match="unknown kernel"):
         cache.attend(q, kernel="flash")
+
+
+def test_repr_says_the_shape_dtype_tokens_and_capacity():
+    cache = kernels.KVCache(8, 64, capacity=16)
+    cache.append(np.zeros((8, 12, 64), np.float32), np.zeros((8, 12, 64), np.float32))
+    assert repr(cache) == "KVCache(heads=8, head_dim=64, dtype=float32, tokens=12, capacity=16)"
+    narrow_values = kernels.KVCache(HEADS, HEAD_DIM, dtype=np.float64, capacity=4, head_dim_v=HEAD_DIM_V)
+    assert repr(narrow_values) == "KVCache(heads=3, head_dim=8, head_dim_v=5, dtype=float64, tokens=0, capacity=4)"
 
 
 @pytest.mark.parametrize("args, error, match", [

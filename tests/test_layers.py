@@ -101,6 +101,7 @@ def test_head_mask_silences_heads():
     (dict(heads=5), ValueError, r"d_model = 24 .* not divisible by heads = 5"),
     (dict(heads=0), ValueError, "heads must be a positive integer"),
     (dict(w_k=np.zeros((24, 12))), ValueError, r"w_k must have shape \(24, 24\)"),
+    (dict(w_q=np.zeros((16, 16))), ValueError, r"w_q must have shape \(24, 24\) for x \(2, 37, 24\), got \(16, 16\)"),
     (dict(w_o=np.zeros((24, 24), np.float32)), TypeError, "w_o has dtype float32"),
     (dict(x=np.zeros(24)), ValueError, "at least 2 dimensions"),
     (dict(x=np.zeros((3, 24), int)), TypeError, "float32 or float64"),
@@ -114,6 +115,33 @@ def test_bad_multi_head_arguments_are_clear_errors(change, error, match):
     args.update(change)
     with pytest.raises(error, match=match):
         kernels.multi_head_attention(**args)
+
+
+X_WIDTH_MISMATCH = (r"x's last dimension \(d_model\) is 16 \(x \(2, 37, 16\)\), but the weights' "
+                    r"input width is 24 \(w_q \(24, 24\)\): they must match")
+
+
+def test_x_of_another_width_than_the_weights_is_blamed_not_w_q():
+    x, (w_q, w_k, w_v, w_o), biases = mha_inputs(biases=True)
+    narrow = x[..., :16]  # d_model 16 (divisible by heads = 4), the weights agree on 24
+    with pytest.raises(ValueError, match=X_WIDTH_MISMATCH):
+        kernels.multi_head_attention(narrow, w_q, w_k, w_v, w_o, heads=4, kernel="numpy", biases=biases)
+    with pytest.raises(ValueError, match=X_WIDTH_MISMATCH):
+        kernels.multi_head_projections(narrow, w_q, w_k, w_v, heads=4)
+    with pytest.raises(ValueError, match=r"x's last dimension \(d_model\) is 15 "):  # before divisibility
+        kernels.multi_head_attention(x[..., :15], w_q, w_k, w_v, w_o, heads=4, kernel="numpy")
+
+
+def test_x_of_another_width_is_refused_before_any_allocation():
+    """An x of 10¹² tokens (a broadcast view: no memory) whose width is not the weights':
+    the shape error comes first, not the MemoryError the call would meet."""
+    _, (w_q, w_k, w_v, w_o), _ = mha_inputs()
+    huge = np.broadcast_to(np.zeros(16), (10**6, 10**6, 16))
+    with pytest.raises(ValueError, match=r"x's last dimension \(d_model\) is 16 \(x \(1000000, 1000000, 16\)\)"):
+        kernels.multi_head_attention(huge, w_q, w_k, w_v, w_o, heads=4, kernel="numpy")
+    with pytest.raises(MemoryError):  # the same x with matching weights is refused for its size
+        kernels.multi_head_attention(huge, *(w[:16, :16] for w in (w_q, w_k, w_v, w_o)), heads=4,
+                                     kernel="numpy")
 
 
 # -- weights and similarity -------------------------------------------------------------
@@ -285,3 +313,26 @@ def test_bad_weights_are_clear_errors():
         kernels.analyse_attention(np.ones(3))
     with pytest.raises(TypeError, match="float32 or float64"):
         kernels.attention_entropy(np.ones((2, 2), int))
+
+
+def test_negative_weights_are_refused_naming_the_most_negative():
+    weights = np.full((2, 3, 4), 0.25)
+    weights[1, 2] = [0.5, -0.5, 1.5, -0.25]  # sums to 1, but no probabilities
+    weights[0, 1] = [1.0, -0.125, 0.0, 0.125]
+    message = r"weights must be non-negative .* the most negative is weights\[1, 2, 1\] = -0.5 \(weights \(2, 3, 4\)\)"
+    for call in (kernels.attention_entropy, kernels.analyse_attention):
+        with pytest.raises(ValueError, match=message):
+            call(weights)
+    weights[0, 0, 3] = -np.inf
+    with pytest.raises(ValueError, match=r"weights\[0, 0, 3\] = -inf"):
+        kernels.attention_entropy(weights.astype(np.float32))
+
+
+def test_a_negative_weight_in_a_later_block_of_rows_has_its_own_index(monkeypatch):
+    from kernels.layers import analysis
+
+    monkeypatch.setattr(analysis, "ROW_BLOCK_BYTES", 1)  # one row per block
+    weights = np.full((5, 2), 0.5)
+    weights[3, 1] = -1e-3
+    with pytest.raises(ValueError, match=r"weights\[3, 1\] = -0.001 "):
+        kernels.attention_entropy(weights)

@@ -33,15 +33,24 @@ def runs(kernel, n_tokens):
     return kernels.KERNELS[kernel].fits(minilm.HEADS, n_tokens, n_tokens)
 
 
+# the fixture holds a text longer than the model reads, cut by the reference as by us
+CUT_AS_THE_REFERENCE = pytest.mark.filterwarnings("ignore::kernels.models.minilm.Truncated")
+
+
 @pytest.mark.usefixtures("minilm_model")
 def test_tokens_are_the_models_own_with_its_truncation():
     for sentence in SENTENCES:
-        ids, tokens = minilm.tokenize(sentence["text"])
+        if minilm.token_count(sentence["text"]) > minilm.MAX_SEQ_LENGTH:
+            with pytest.warns(minilm.Truncated, match=f"kept {minilm.MAX_SEQ_LENGTH} of "):
+                ids, tokens = minilm.tokenize(sentence["text"])
+        else:
+            ids, tokens = minilm.tokenize(sentence["text"])
         assert ids.tolist() == sentence["token_ids"], sentence["text"][:40]
         assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
     assert max(len(s["token_ids"]) for s in SENTENCES) == FIXTURE["max_seq_length"] == minilm.MAX_SEQ_LENGTH
 
 
+@CUT_AS_THE_REFERENCE
 @pytest.mark.usefixtures("minilm_model")
 def test_embeddings_match_sentence_transformers(kernel_name):
     texts = [s["text"] for s in SENTENCES if runs(kernel_name, len(s["token_ids"]))]
@@ -53,6 +62,7 @@ def test_embeddings_match_sentence_transformers(kernel_name):
     assert error <= EMBEDDING_TOLERANCE
 
 
+@CUT_AS_THE_REFERENCE
 @pytest.mark.usefixtures("minilm_model")
 def test_float64_is_within_float32_rounding_of_float32():
     texts = [s["text"] for s in SENTENCES]
@@ -86,21 +96,45 @@ def test_removing_every_head_leaves_only_the_feed_forward_path():
         minilm.encode(text, head_mask=np.ones(12))
 
 
-def test_without_the_model_every_entry_point_says_how_to_install_it(monkeypatch):
+@pytest.fixture
+def model_missing(monkeypatch):
+    """The model as if not installed (installed or not): for what must not need it."""
     monkeypatch.setattr(minilm.importlib.util, "find_spec", lambda name: None)
     minilm.load.cache_clear()
-    try:
-        for call in (lambda: minilm.encode("text"), lambda: minilm.attentions("text"),
-                     lambda: minilm.tokenize("text"), minilm.load):
-            with pytest.raises(minilm.ModelNotInstalled, match=r"not installed: run `make model`"):
-                call()
-    finally:
-        minilm.load.cache_clear()
+    yield
+    minilm.load.cache_clear()
+
+
+@pytest.mark.usefixtures("model_missing")
+def test_without_the_model_every_entry_point_says_how_to_install_it():
+    for call in (lambda: minilm.encode("text"), lambda: minilm.attentions("text"),
+                 lambda: minilm.tokenize("text"), minilm.load):
+        with pytest.raises(minilm.ModelNotInstalled, match=r"not installed: run `make model`"):
+            call()
+
+
+@pytest.mark.usefixtures("model_missing")
+def test_bad_texts_and_dtype_are_clear_errors_before_the_model_is_loaded():
+    """Raised as TypeError, not ModelNotInstalled: checked before ``load``, so without the model."""
+    for texts, match in [
+        (None, "texts must be a str or a list of str, got NoneType"),
+        (3, "texts must be a str or a list of str, got int"),
+        (b"bytes", "texts must be a str or a list of str, got bytes"),
+        (["a", 3], r"texts must be a str or a list of str, but texts\[1\] is int"),
+        (["a", "b", None], r"but texts\[2\] is NoneType"),
+        ([b"bytes"], r"but texts\[0\] is bytes"),
+    ]:
+        with pytest.raises(TypeError, match=match):
+            minilm.encode(texts)
+    with pytest.raises(TypeError, match="text must be a str, got bytes"):
+        minilm.tokenize(b"bytes")
+    with pytest.raises(TypeError, match="float32 or float64"):
+        minilm.load(np.int32)
 
 
 @pytest.mark.usefixtures("minilm_model")
-def test_bad_text_and_dtype_are_clear_errors():
-    with pytest.raises(TypeError, match="text must be a str"):
-        minilm.encode([b"bytes"])
-    with pytest.raises(TypeError, match="float32 or float64"):
-        minilm.load(np.int32)
+def test_no_texts_are_no_embeddings():
+    for dtype in (np.float32, np.float64):
+        for empty in ([], ()):
+            embeddings = minilm.encode(empty, dtype=dtype)
+            assert embeddings.shape == (0, minilm.WIDTH) and embeddings.dtype == dtype

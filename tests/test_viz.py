@@ -60,6 +60,48 @@ def test_heads_qkv_and_entropy_write_pngs(tmp_path, assert_png):
     assert_png(figures.plot_entropy(kernels.attention_entropy(weights[0]), None, tmp_path / "one_head.png"))
 
 
+@pytest.fixture
+def drawn_texts(monkeypatch):
+    """Every title, axis label and legend entry of the figures drawn, as one list per
+    figure, instead of writing them."""
+    texts = []
+
+    def capture(fig, path, caption):
+        found = [fig._suptitle.get_text()] if fig._suptitle else []
+        for ax in fig.axes:
+            found += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]:
+            found += [legend.get_title().get_text()] + [text.get_text() for text in legend.get_texts()]
+        texts.append(found)
+        figures.pyplot().close(fig)
+        return path
+
+    monkeypatch.setattr(figures, "save_figure", capture)
+    return texts
+
+
+def test_heads_are_numbered_from_0_and_entropy_given_in_nats_out_of_ln_n(tmp_path, drawn_texts):
+    weights = random_weights(np.random.default_rng(6), 8, 6)
+    entropy = kernels.attention_entropy(weights)
+    figures.plot_heads(weights, SENTENCE, tmp_path / "heads.png", title="Eight heads")
+    figures.plot_entropy(entropy, SENTENCE, tmp_path / "entropy.png", title="Entropy")
+    figures.plot_entropy(entropy[0], None, tmp_path / "one_head.png")
+    heads, lines, one = drawn_texts
+    # head h is weights[h], as head_mask[h] silences it
+    panels = [text for text in heads if text.startswith("head ")]
+    assert panels == [f"head {h}: mean entropy {entropy[h].mean():.2f} nats" for h in range(8)]
+    assert heads[0].startswith("Eight heads\n") and "numbered from 0" in heads[0]
+    assert "nats" in heads[0] and "ln 6 = 1.79" in heads[0]
+    assert [text for text in lines if text.startswith("head ")] == [f"head {h}" for h in range(8)]
+    assert "heads (from 0)" in lines
+    for texts in (lines, one):
+        title, subtitle, _, ylabel = texts[:4]
+        assert "in nats" in subtitle and "ln 6 = 1.79" in subtitle
+        assert ylabel == "entropy of the query's weights (nats; max ln 6 = 1.79)"
+        assert "maximum ln 6 = 1.79 (even spread)" in texts
+    assert "head 0" not in one and "heads (from 0)" not in one
+
+
 def test_qkv_rejects_feature_labels_of_the_wrong_width(tmp_path):
     q = k = v = np.zeros((6, 5))
     with pytest.raises(ValueError, match="3 feature labels"):

@@ -50,6 +50,11 @@ class KVCache:
     def __len__(self):
         return self._length
 
+    def __repr__(self):
+        values = "" if self.head_dim_v == self.head_dim else f", head_dim_v={self.head_dim_v}"
+        return (f"KVCache(heads={self.heads}, head_dim={self.head_dim}{values}, dtype={self.dtype}, "
+                f"tokens={self._length}, capacity={self.capacity})")
+
     @property
     def capacity(self):
         return self._keys.shape[1]
@@ -92,7 +97,10 @@ class KVCache:
         """The new queries' attention over every cached token: q (heads, t_q, head_dim) ->
         (heads, t_q, head_dim_v), causal and aligned bottom-right, so that the last query
         is the newest token and sees them all (query i sees keys j <= i + n - t_q).
-        The checks and errors are ``kernels.attention``'s."""
+        ValueError on an empty cache; the other checks and errors are ``kernels.attention``'s."""
+        if self._length == 0:
+            raise ValueError("the cache is empty: append at least one token's key and value "
+                             "(cache.append(k, v)) before attend")
         return attention(q, self.keys, self.values, kernel=kernel, causal=True, scale=scale)
 
     def _check(self, name, array, width):

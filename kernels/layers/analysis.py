@@ -45,7 +45,13 @@ class AttentionAnalysis:
 
 def attention_entropy(weights):
     """Entropy of each row of ``weights`` (..., n_q, n_k) in nats -> (..., n_q), in the
-    weights' dtype; a row of zeros (a query that sees no key) has entropy 0."""
+    weights' dtype; a row of zeros (a query that sees no key) has entropy 0.
+
+    The weights must be non-negative (ValueError naming the most negative one): a
+    negative weight has no p ln p.  A NaN weight (from a NaN score) is kept and makes
+    its row's entropy NaN, so that it shows.  Rows are taken as given, not renormalised,
+    and their sums are not checked: a softmax row sums to 1 only within its rounding,
+    and a query that sees no key has a row of zeros."""
     _check_weights(weights)
     entropy = np.empty(weights.shape[:-1], weights.dtype)
     for row0, block in _row_blocks(weights):
@@ -62,7 +68,8 @@ def analyse_attention(weights, *, causal=False, factor=ANOMALY_FACTOR, top=5):
     the keys it sees (1 per key for full attention with n_q = n_k; under ``causal``
     masking, early keys are seen by more queries and their share is larger).  A sink
     that every query attends to gets about n_q times its share; a diagonal pattern none.
-    ``top``: how many lowest-entropy rows to list.
+    ``top``: how many lowest-entropy rows to list.  The weights are checked as
+    ``attention_entropy`` checks them.
     """
     _check_weights(weights)
     return _analyse(_row_blocks(weights), weights.shape, weights.dtype, causal, factor, top)
@@ -133,3 +140,19 @@ def _check_weights(weights):
         raise TypeError(f"weights have dtype {weights.dtype}; expected float32 or float64")
     if weights.ndim < 2 or 0 in weights.shape[-2:]:
         raise ValueError(f"weights must have shape (..., n_q, n_k) with n_q, n_k >= 1, got {weights.shape}")
+    lowest = np.fmin.reduce(weights, axis=None)  # NaN ignored; no copy of the weights
+    if lowest < 0:
+        index = _first_index_of(weights, lowest)
+        where = ", ".join(map(str, index))
+        raise ValueError(f"weights must be non-negative (attention weights are probabilities), but the "
+                         f"most negative is weights[{where}] = {float(lowest)} (weights {weights.shape})")
+
+
+def _first_index_of(weights, value):
+    """The first index (a tuple) at which ``weights`` holds ``value``, a block of rows at a time."""
+    for row0, block in _row_blocks(weights):
+        found = np.argwhere(block == value)
+        if len(found):
+            index = found[0].tolist()
+            index[-2] += row0
+            return tuple(index)

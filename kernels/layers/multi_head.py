@@ -108,6 +108,7 @@ def _check(x, weights, heads, biases, head_mask):
     d_model = x.shape[-1]
     if not isinstance(heads, numbers.Integral) or isinstance(heads, bool) or heads < 1:
         raise ValueError(f"heads must be a positive integer, got {heads!r}")
+    _check_width(x, weights)
     if d_model % heads:
         raise ValueError(f"d_model = {d_model} (x {x.shape}) is not divisible by heads = {heads}")
     arrays = dict(weights)
@@ -126,3 +127,14 @@ def _check(x, weights, heads, biases, head_mask):
     if head_mask is not None and np.shape(head_mask) != (heads,):
         raise ValueError(f"head_mask must have shape ({heads},), one factor per head, "
                          f"got {np.shape(head_mask)}")
+
+
+def _check_width(x, weights):
+    """Blame x, not w_q, when the weights agree on a width (all (d, d), one d) that is not
+    x's last dimension; any other disagreement is left to the per-array checks."""
+    w_q = weights["w_q"]
+    shapes = {getattr(w, "shape", None) for w in weights.values()}
+    if (len(shapes) == 1 and isinstance(w_q, np.ndarray) and w_q.ndim == 2
+            and w_q.shape[0] == w_q.shape[1] != x.shape[-1]):
+        raise ValueError(f"x's last dimension (d_model) is {x.shape[-1]} (x {x.shape}), but the "
+                         f"weights' input width is {w_q.shape[0]} (w_q {w_q.shape}): they must match")

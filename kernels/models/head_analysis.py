@@ -20,7 +20,8 @@ The papers, and what is taken from each:
   and on the next token.  In BERT-base (12 layers) over half the attention of layers
   6–10 goes to [SEP], some heads put over 50% on the previous or next token, and the
   lowest layers hold broad, high-entropy heads.  MiniLM has 6 layers, so layers compare
-  by relative depth: BERT-base's layers 6–10 of 12 (depth 0.5–0.83) are MiniLM's 3–5.
+  by relative depth: BERT-base's layers 6–10 of 12 (counted from 1, depth 0.5–0.83) are
+  MiniLM's layers 2–4 (counted from 0, as ``weights[layer]`` indexes them).
 * Kovaleva, Romanov, Rogers, Rumshisky 2019, "Revealing the Dark Secrets of BERT"
   (EMNLP): five pattern classes, vertical, diagonal, vertical + diagonal, block and
   heterogeneous.  They classified images of the maps with a CNN; here each head is
@@ -73,6 +74,7 @@ class HeadMeasures:
 
     texts: tuple          # the sentences (or labels of the samples) measured
     tokens: int           # query tokens pooled
+    lengths: tuple        # each sample's n (tokens, [CLS] and [SEP] included)
     cls: np.ndarray       # weight on [CLS]                          (Clark et al.)
     sep: np.ndarray       # weight on [SEP]                          (Clark et al.)
     punctuation: np.ndarray  # weight on tokens that are only punctuation (Clark et al.)
@@ -86,6 +88,20 @@ class HeadMeasures:
     offset: np.ndarray       # that offset, −1 or +1 (the one of the larger share)
     confidence: np.ndarray   # mean of each token's largest weight    (Voita et al.)
     classes: np.ndarray      # str (layers, heads): ``classify``'s class of each head
+
+    @property
+    def source(self):
+        """What the means are over, in words: "the 14 tokens of one text" or "412 query
+        tokens of 30 sentences"."""
+        if len(self.lengths) == 1:
+            return f"the {self.tokens} tokens of one text"
+        return f"{self.tokens} query tokens of {len(self.lengths)} sentences"
+
+    @property
+    def entropy_ceiling(self):
+        """(lowest, highest) ln n over the samples: the largest entropy a row can have, in
+        nats (all n keys weighted evenly)."""
+        return float(np.log(min(self.lengths))), float(np.log(max(self.lengths)))
 
     @property
     def is_positional(self):
@@ -109,9 +125,10 @@ class HeadAblation:
     kernel: str
 
     def ranked(self):
-        """[(layer, head, distance)], 1-based, the most important head first."""
+        """[(layer, head, distance)], numbered from 0 as ``distance`` is indexed, the most
+        important head first."""
         order = np.argsort(-self.distance, axis=None, kind="stable")
-        return [(int(l) + 1, int(h) + 1, float(self.distance[l, h]))
+        return [(int(l), int(h), float(self.distance[l, h]))
                 for l, h in zip(*np.unravel_index(order, self.distance.shape))]
 
 
@@ -131,8 +148,10 @@ def head_measures(samples, texts=None):
         sums[name] = sums.get(name, 0.0) + values
         counts[name] = counts.get(name, 0) + count
 
+    lengths = []
     for tokens, weights in samples:
         n = len(tokens)
+        lengths.append(n)
         weights = np.asarray(weights, np.float64)
         if weights.shape[-2:] != (n, n):
             raise ValueError(f"weights {weights.shape} for {n} tokens")
@@ -159,7 +178,7 @@ def head_measures(samples, texts=None):
     prefer_next = mean["peak_next"] > mean["peak_previous"]
     vertical = mean["cls"] + mean["sep"]
     return HeadMeasures(
-        texts=tuple(texts or ()), tokens=counts["cls"], cls=mean["cls"], sep=mean["sep"],
+        texts=tuple(texts or ()), tokens=counts["cls"], lengths=tuple(lengths), cls=mean["cls"], sep=mean["sep"],
         punctuation=mean["punctuation"], previous=mean["previous"], next=mean["next"],
         entropy=mean["entropy"], vertical=vertical, diagonal=mean["diagonal"], local=mean["local"],
         positional=np.where(prefer_next, mean["peak_next"], mean["peak_previous"]),
@@ -195,13 +214,13 @@ def measure_heads(texts=None, *, kernel="c_tiled"):
     return head_measures((minilm.attentions(text, kernel=kernel) for text in texts), texts)
 
 
-def ablate_heads(texts=None, *, kernel="c_tiled"):
+def ablate_heads(texts=None, *, kernel="c_tiled", progress=None):
     """Michel et al.'s ablation: for each of the 72 heads, the mean over ``texts`` of
     1 − cos(embedding with that head's output zeroed, full embedding) -> ``HeadAblation``.
 
     ``texts`` default: every ABLATION_STRIDE-th sentence of ``sentences()``, always the
     same ones.  One ``minilm.encode`` of all of them per head: 72 × len(texts) + 1
-    forward passes.
+    forward passes.  ``progress(line)``, if given, hears after each layer how far it got.
     """
     texts = tuple(texts or sentences()[::ABLATION_STRIDE])
     layers, heads = minilm.LAYERS, minilm.HEADS
@@ -216,4 +235,7 @@ def ablate_heads(texts=None, *, kernel="c_tiled"):
             ablated = minilm.encode(used, kernel=kernel, head_mask=mask)
             # both are unit vectors: the dot product is the cosine
             distance[layer, head] = np.mean(1.0 - np.einsum("sd,sd->s", ablated, full, dtype=np.float64))
+        if progress:
+            progress(f"ablation: {(layer + 1) * heads} of {layers * heads} heads, "
+                     f"{time.perf_counter() - start:.0f} s")
     return HeadAblation(texts, len(sentences()), distance, time.perf_counter() - start, kernel)

@@ -19,12 +19,16 @@ The forward pass, per layer (x is (n, d)), with every attention through
 after embeddings (word + position + token type, LayerNorm).  The sentence embedding is
 the mean of the last layer's token vectors, divided by its length: sentence-transformers'
 Transformer → Pooling(mean) → Normalize, with its truncation at 256 tokens.  One text
-at a time, so no padding and no attention mask are needed.
+at a time, so no padding and no attention mask are needed.  A longer text is cut to its
+first 254 word pieces between [CLS] and [SEP], as sentence-transformers cuts it, and
+``Truncated`` (a warning) says how many tokens were kept of how many; ``token_count``
+counts them beforehand.
 """
 import functools
 import importlib.util
 import math
 import pathlib
+import warnings
 from dataclasses import dataclass
 
 import numba
@@ -45,6 +49,10 @@ SQRT_HALF = math.sqrt(0.5)
 
 class ModelNotInstalled(ImportError):
     """The model's package (or safetensors / tokenizers) is missing; the message says how to install it."""
+
+
+class Truncated(UserWarning):
+    """A text longer than MAX_SEQ_LENGTH tokens was cut to its first MAX_SEQ_LENGTH."""
 
 
 @dataclass(frozen=True)
@@ -68,14 +76,19 @@ class MiniLM:
     token_type: np.ndarray  # (2, d)
     embedding_norm: tuple
     layers: tuple           # LAYERS × Layer
-    tokenizer: object       # tokenizers.Tokenizer, truncating at MAX_SEQ_LENGTH, no padding
+    tokenizer: object       # tokenizers.Tokenizer, no padding and no truncation (``tokenize`` cuts)
 
 
 def model_folder():
-    """The folder of the installed model's files; ModelNotInstalled if it is missing."""
+    """The folder of the installed model's files; ModelNotInstalled if it, or a package
+    that reads it (safetensors, tokenizers), is missing.  Imports nothing, loads nothing:
+    a command asks this before it writes anything."""
     spec = importlib.util.find_spec(PACKAGE)  # finds it without importing it
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotInstalled(INSTALL)
+    for reader in ("safetensors", "tokenizers"):
+        if importlib.util.find_spec(reader) is None:
+            raise ModelNotInstalled(f"{INSTALL} ({reader} is missing)")
     return pathlib.Path(spec.submodule_search_locations[0]) / "model"
 
 
@@ -114,25 +127,53 @@ def load(dtype=np.float32):
             output_norm=norm(f"{p}.output"),
         ))
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tokenizer.no_padding()  # the file pads every text to 128 tokens
-    tokenizer.enable_truncation(MAX_SEQ_LENGTH)
+    tokenizer.no_padding()      # the file pads every text to 128 tokens
+    tokenizer.no_truncation()   # tokenize cuts, knowing how much it cut
     return MiniLM(get("embeddings.word_embeddings.weight"), get("embeddings.position_embeddings.weight"),
                   get("embeddings.token_type_embeddings.weight"), norm("embeddings"), tuple(layers), tokenizer)
 
 
+def token_count(text):
+    """How many tokens ``text`` makes, [CLS] and [SEP] included, before any truncation."""
+    return len(_encode(text).ids)
+
+
 def tokenize(text):
-    """(token ids (n,), token strings (n,)) of ``text`` with [CLS] and [SEP], truncated at 256."""
+    """(token ids (n,), token strings (n,)) of ``text`` with [CLS] and [SEP], n <= 256: a
+    longer text keeps its first 254 word pieces and its [SEP], as sentence-transformers
+    truncates, and warns ``Truncated`` saying how many tokens it kept of how many."""
+    encoding = _encode(text)
+    ids, tokens = encoding.ids, encoding.tokens
+    if len(ids) > MAX_SEQ_LENGTH:
+        warnings.warn(Truncated(f"kept {MAX_SEQ_LENGTH} of {len(ids)} tokens: all-MiniLM-L6-v2 reads at most "
+                                f"{MAX_SEQ_LENGTH}, so the text was cut after its first "
+                                f"{MAX_SEQ_LENGTH - 2} word pieces"), stacklevel=3)
+        ids, tokens = ids[:MAX_SEQ_LENGTH - 1] + ids[-1:], tokens[:MAX_SEQ_LENGTH - 1] + tokens[-1:]
+    return np.array(ids), list(tokens)
+
+
+def _encode(text):
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    encoding = load().tokenizer.encode(text)
-    return np.array(encoding.ids), list(encoding.tokens)
+    return load().tokenizer.encode(text)
 
 
 def encode(texts, *, kernel="c_tiled", dtype=np.float32, head_mask=None):
     """Sentence embeddings of ``texts`` (a str or a list of str) -> (len(texts), 384), unit
     length, as sentence-transformers computes them.  ``head_mask`` (6, 12) multiplies each
-    head's output (0 removes a head: ``kernels.multi_head_attention``'s ``head_mask``)."""
-    texts = [texts] if isinstance(texts, str) else list(texts)
+    head's output (0 removes a head: ``kernels.multi_head_attention``'s ``head_mask``).
+    An empty list gives an empty (0, 384) array.  TypeError, before the model is loaded,
+    for anything else than a str or an iterable of str."""
+    if isinstance(texts, str):
+        texts = [texts]
+    elif isinstance(texts, (bytes, bytearray)) or not hasattr(texts, "__iter__"):
+        raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
+    else:
+        texts = list(texts)
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts must be a str or a list of str, but texts[{index}] is "
+                            f"{type(text).__name__}: {text!r:.40}")
     model = load(dtype)
     embeddings = np.empty((len(texts), WIDTH), model.word.dtype)
     for i, text in enumerate(texts):

@@ -123,11 +123,11 @@ def load_latest_run(results_dir):
     """
     results_dir = pathlib.Path(results_dir)
     if not results_dir.is_dir():
-        raise FileNotFoundError(f"no asv results folder at {results_dir} (run `asv run` first)")
+        raise FileNotFoundError(f"no asv results folder at {results_dir} (run `make bench` first)")
     paths = sorted(p for p in results_dir.glob("*/*.json") if p.name != "machine.json")
     if not paths:
         raise FileNotFoundError(f"the asv results folder {results_dir} holds no results files "
-                                "(expected <machine>/<commit>-<env>.json; run `asv run` first)")
+                                "(expected <machine>/<commit>-<env>.json; run `make bench` first)")
     notes = []  # the unreadable files besides the results files: benchmarks.json, machine.json
     suite = _suite(results_dir, notes)
     machines = {folder: _machine_json(folder, notes) for folder in sorted({path.parent for path in paths})}

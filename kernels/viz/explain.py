@@ -1,6 +1,8 @@
 """A page that reads attention for someone new to it: figures and numbers, computed on
-our kernels from hand-built and seeded examples (the seed's §11.1.6, §11.1.7 and the
-exercises 2, 3, 4 and 6 of §11.1.8).
+our kernels from hand-built and seeded examples.  They follow the source text (the
+textbook section attnbench started from, listed in the project README's "The source
+text"): its visualisation suggestions (§11.1.6), its 4-token code example (§11.1.7) and
+its exercises 2, 3, 4 and 6 (§11.1.8); the page itself says what each one is.
 
     write_explanation(out_dir, kernel="c_tiled", seed=0) -> out_dir / "README.md"
     python -m kernels explain --out DIR [--kernel NAME]
@@ -8,13 +10,19 @@ exercises 2, 3, 4 and 6 of §11.1.8).
 The examples, each a function returning its data, so that tests can hold them to
 numbers worked out by hand:
 
-    seed_example        the seed's 4-token test: X 4×2, W_Q = W_K = W_V = I, scale 1/√2
+    four_token_example  the source text's 4-token test: X 4×2, W_Q = W_K = W_V = I,
+                        scale 1/√2
     sentence_example    "The cat sat on the mat" in 6 hand-made features, W_Q built so that
                         the verb's query finds the subject's key (constructed, not learned)
     heads_example       a seeded 8-head layer (d_model 64) on the sentence, and what
                         masking each head changes
     sink_example        every query drawn to the first token: the anomaly rule fires
     long_example        2048 tokens with local and periodic structure, causal
+
+``attention_calls()`` lists the shape of every ``kernels.attention`` call the page
+makes, so that a kernel can be refused before anything is computed (the command line
+does so: ``naive``'s size cap, a peer's float32-only).  Heads are numbered from 0, as
+the arrays and ``head_mask`` index them.
 
 The whole page takes about 10 s on a 2-core machine: half of it drawing, a third the
 soft-vs-hard retrieval experiment and its timings (``kernels.layers.retrieval``).
@@ -25,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..api import attention
+from ..api import attention, planned
 from ..files import write_text
 from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, analyse_queries_and_keys, attention_entropy
 from ..layers.multi_head import multi_head_attention, multi_head_projections
@@ -36,8 +44,8 @@ from ..report.tables import Column, Table, fmt_percent, fmt_ratio, fmt_seconds, 
 from . import figures
 from .retrieval import load_text, plot_retrieval_cost, plot_soft_vs_hard
 
-SEED_TOKENS = ("The", "cat", "sat", "mat")
-SEED_X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]])  # the seed's X, one row a token
+FOUR_TOKENS = ("The", "cat", "sat", "mat")
+FOUR_X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]])  # the source text's X, one row a token
 
 SENTENCE = ("The", "cat", "sat", "on", "the", "mat")
 FEATURES = ("det", "noun", "verb", "prep", "early", "late")
@@ -60,6 +68,8 @@ D_MODEL, HEADS = 64, 8
 LONG_N = 2048
 LONG_PERIOD = 256  # tokens between the stripes of the long example
 LONG_PIXELS = 512  # cells per axis of its picture
+# the soft-against-hard timing (``retrieval_cost``): N stored items, queries per batch, d
+RETRIEVAL_SIZES, RETRIEVAL_QUERIES, RETRIEVAL_DIM = (1_000, 4_000, 16_000, 64_000), 64, 64
 
 
 @dataclass(frozen=True)
@@ -75,12 +85,13 @@ class Example:
     outputs: np.ndarray
 
 
-def seed_example(kernel="c_tiled"):
-    """The seed's §11.1.7 test.  W_Q = W_K = W_V = I, so the queries, keys and values are
-    the tokens' vectors themselves; scale 1/√d = 1/√2.  Weights by
-    ``kernels.attention_weights``, outputs by ``kernels.attention`` with ``kernel``."""
-    q = k = v = SEED_X
-    return Example(SEED_TOKENS, q, k, v, attention_weights(q, k), attention(q, k, v, kernel=kernel))
+def four_token_example(kernel="c_tiled"):
+    """The source text's code example (its §11.1.7 test): four 2-D tokens, W_Q = W_K =
+    W_V = I, so the queries, keys and values are the tokens' vectors themselves; scale
+    1/√d = 1/√2.  Weights by ``kernels.attention_weights``, outputs by
+    ``kernels.attention`` with ``kernel``."""
+    q = k = v = FOUR_X
+    return Example(FOUR_TOKENS, q, k, v, attention_weights(q, k), attention(q, k, v, kernel=kernel))
 
 
 def sentence_example(kernel="c_tiled"):
@@ -115,7 +126,8 @@ def heads_example(kernel="c_tiled", seed=0):
     """A seeded multi-head layer on the sentence: x (6, 64) ~ N(0, 1) (one random
     embedding per token), W_Q, W_K, W_V, W_O ~ N(0, 1/64) so that projections keep unit
     scale, 8 heads of width 8.  Each head's weights, and the relative change of the
-    layer's output when that head alone is masked (``head_mask``, the seed's exercise 3)."""
+    layer's output when that head alone is masked (``head_mask``; the source text's
+    exercise 3 proposes it).  Heads are indexed from 0, as ``head_mask`` is."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((len(SENTENCE), D_MODEL))
     w_q, w_k, w_v, w_o = rng.standard_normal((4, D_MODEL, D_MODEL)) / math.sqrt(D_MODEL)
@@ -158,6 +170,23 @@ def long_example(seed=0, n=LONG_N, d=D_MODEL):
     return code + 0.3 * rng.standard_normal((n, d)), code + 0.3 * rng.standard_normal((n, d))
 
 
+def attention_calls():
+    """(what, ``Problem``) of every ``kernels.attention`` call ``write_explanation`` makes,
+    in the order it makes them (the sink example's is the sentence's shape): what a kernel
+    must be able to run for the page (``kernels.api.check_resources``)."""
+    float64 = np.float64
+    four, width = FOUR_X.shape
+    n, features, d_head = len(SENTENCE), len(FEATURES), D_MODEL // HEADS
+    return (
+        ("the 4-token example", planned((), four, four, width, width, float64)),
+        ("the hand-built sentence", planned((), n, n, features, features, float64)),
+        (f"the {HEADS}-head layer", planned((HEADS,), n, n, d_head, d_head, float64)),
+        *((f"the soft-against-hard retrieval timing at N = {size:,} stored items",
+           planned((1,), RETRIEVAL_QUERIES, size, RETRIEVAL_DIM, RETRIEVAL_DIM, float64))
+          for size in RETRIEVAL_SIZES),
+    )
+
+
 def write_explanation(out_dir, *, kernel="c_tiled", seed=0):
     """Compute every example with ``kernel`` and ``seed``, draw its figures into ``out_dir``
     and write ``out_dir/README.md``, which walks through them; -> the README's path."""
@@ -166,11 +195,17 @@ def write_explanation(out_dir, *, kernel="c_tiled", seed=0):
     sections = [
         f"# Reading self-attention: figures and numbers\n\n"
         f"Every number and figure below was computed by `python -m kernels explain` with the "
-        f"`{kernel}` kernel (seed {seed}). Attention turns each query's scores against all keys, "
+        f"`{kernel}` kernel (random seed {seed}). Attention turns each query's scores against all keys, "
         f"q·k/√d, into weights with a softmax (each row of weights sums to 1) and returns the "
         f"weighted mean of the values. Figures put keys on the x axis and queries on the y axis, "
-        f"so a row is where one token looks.",
-        _seed_section(out_dir, seed_example(kernel)),
+        f"so a row is where one token looks.\n\n"
+        f"The examples and questions come from the textbook section attnbench started from, "
+        f"\"The algorithmic essence of self-attention\" (in Chinese; the project README's "
+        f"\"The source text\" lists it and its exercises): its 4-token code example, its sentence "
+        f"\"The cat sat on the mat\", and its exercises on where a verb looks, what masking a head "
+        f"changes, how to read an attention matrix and how to draw a large one. Each section "
+        f"below says what it takes from there.",
+        _four_tokens_section(out_dir, four_token_example(kernel)),
     ]
     sentence = sentence_example(kernel)
     heads = heads_example(kernel, seed)
@@ -185,24 +220,24 @@ def write_explanation(out_dir, *, kernel="c_tiled", seed=0):
     return write_text(out_dir / "README.md", "\n\n".join(sections) + "\n")
 
 
-def _seed_section(out_dir, example):
+def _four_tokens_section(out_dir, example):
     figures.plot_attention_heatmap(
-        example.weights, example.tokens, out_dir / "seed_4_tokens.png",
-        title="The seed's 4-token example: attention weights",
-        caption="X = [[1, 0], [0, 1], [1, 1], [0.5, 0.5]] (The, cat, sat, mat), W_Q = W_K = W_V = I, "
-                "weights softmax(X Xᵀ/√2) by kernels.attention_weights.")
+        example.weights, example.tokens, out_dir / "four_tokens.png",
+        title="Four 2-D tokens used as their own queries, keys and values: attention weights",
+        caption="The textbook's code example: X = [[1, 0], [0, 1], [1, 1], [0.5, 0.5]] (The, cat, sat, mat), "
+                "W_Q = W_K = W_V = I, weights softmax(X Xᵀ/√2) by kernels.attention_weights.")
     w, tokens = example.weights, example.tokens
     sat = tokens.index("sat")
-    return f"""## 1. The seed's four tokens
+    return f"""## 1. Four tokens, small enough to check by hand
 
-The seed's code example (§11.1.7) gives four tokens 2-D vectors, The = [1, 0], cat = [0, 1],
-sat = [1, 1], mat = [0.5, 0.5], and uses them unchanged as queries, keys and values
-(W_Q = W_K = W_V = I). Scores are dot products divided by √2. The attention matrix, one row per
-query:
+The textbook's code example, a 4-token test of its short NumPy self-attention, gives four
+tokens 2-D vectors, The = [1, 0], cat = [0, 1], sat = [1, 1], mat = [0.5, 0.5], and uses them
+unchanged as queries, keys and values (W_Q = W_K = W_V = I). Scores are dot products divided
+by √2. The attention matrix, one row per query:
 
 {_matrix_table("weights", tokens, w, tokens, "query ↓ key →")}
 
-![Heatmap of the 4-token attention weights](seed_4_tokens.png)
+![Heatmap of the 4-token attention weights](four_tokens.png)
 
 "sat" has the longest key ([1, 1] overlaps with every vector), so in every row it receives as
 much weight as any other key or more ({_join(f"{w[i, sat]:.4f} in row {t}" for i, t in enumerate(tokens))}). No row is sharp:
@@ -227,8 +262,11 @@ def _sentence_section(out_dir, example):
                   [[q, k, s] for (q, k), s in LOOKS_FOR.items()])
     return f"""## 2. "The cat sat on the mat": the verb finds its subject
 
-Exercise 2 asks where "sat" looks. Random embeddings and projections would give meaningless
-weights, so here both are **constructed by hand, not learned** (a trained model comes later).
+The textbook's second exercise asks where the query of "sat" looks in this sentence, and
+predicts that it weighs "cat", its subject, most and "mat" less, and that a heatmap shows a
+bright cell in row "sat", column "cat". Random embeddings and projections would give meaningless
+weights, so here both are **constructed by hand, not learned** (a trained model's heads on any
+text: `python -m kernels heatmap`).
 Each token is six 0/1 features: its word class (det, noun, verb, prep) and whether it stands
 before the verb (early) or after it (late); "sat" itself is neither. The keys and values are
 these features (W_K = W_V = I); W_Q says what each feature looks for in a key:
@@ -239,7 +277,7 @@ these features (W_K = W_V = I); W_Q says what each feature looks for in a key:
 
 "sat" puts {w[i['sat'], i['cat']]:.2f} of its weight on "cat" (noun, before the verb: its
 subject), {w[i['sat'], i['mat']]:.2f} on "mat" (a noun, but after the verb) and
-{w[i['sat'], i['The']]:.2f} on "The": the bright cell in row "sat", column "cat" that the seed
+{w[i['sat'], i['The']]:.2f} on "The": the bright cell in row "sat", column "cat" that the exercise
 predicts. The determiners find their nouns ("The" → "cat" {w[i['The'], i['cat']]:.2f},
 "the" → "mat" {w[4, i['mat']]:.2f}) and "mat" looks back at its determiner "the"
 ({w[i['mat'], 4]:.2f}) and at "sat" ({w[i['mat'], i['sat']]:.2f})."""
@@ -256,24 +294,27 @@ def _heads_section(out_dir, heads):
     ablation = Table("ablation", (Column("head", "head"),
                                   Column("entropy", "mean entropy (nats)", lambda e: f"{e:.2f}"),
                                   Column("change", "output change when masked", lambda c: f"{c:.1%}")),
-                     [[h + 1, entropy[h], heads.change[h]] for h in range(n_heads)])
+                     [[h, entropy[h], heads.change[h]] for h in range(n_heads)])
     most, least = int(heads.change.argmax()), int(heads.change.argmin())
     return f"""## 3. Eight heads side by side
 
 One multi-head layer (d_model = {D_MODEL}, {n_heads} heads of width {D_MODEL // n_heads}) with
 seeded random weights, on random embeddings of the six tokens. Each head projects the tokens into
 its own small space, so each draws a different pattern. These heads are random: they show that
-heads differ, not what trained heads learn (the seed's guess, heads for syntax, synonyms,
-neighbours and the whole sentence, needs a trained model to test).
+heads differ, not what trained heads learn (the textbook guesses that trained heads split the work,
+pairs of them following syntax, synonyms, neighbouring tokens and the whole sentence; that needs
+a trained model to test). Heads are numbered from 0 to {n_heads - 1} here and in the figures, as
+the weights array (`weights[h]`) and `head_mask` index them.
 
 ![The attention weights of the eight heads](heads.png)
 
-Exercise 3 suggests masking one head and watching what changes. With `head_mask` zero for head h
-the layer's output changes by ‖Δout‖ / ‖out‖:
+How much does a head matter? The textbook's third exercise proposes an experiment: mask one
+head and see what changes. With `head_mask[h] = 0` (head h silenced, the others kept) the layer's
+output changes by ‖Δout‖ / ‖out‖:
 
 {ablation.markdown()}
 
-Masking head {most + 1} changes the output most ({heads.change[most]:.1%}), head {least + 1} least
+Masking head {most} changes the output most ({heads.change[most]:.1%}), head {least} least
 ({heads.change[least]:.1%}). A head's weight pattern alone does not predict this: its value and
 output projections decide how much of the output it carries."""
 
@@ -289,7 +330,8 @@ def _qkv_section(out_dir, example):
     cat, sat = SENTENCE.index("cat"), SENTENCE.index("sat")
     return f"""## 4. Query, key and value of each token
 
-The seed colours queries red, keys blue and values green. Here every bar is one feature. A key
+The textbook suggests drawing each token's query, key and value side by side, queries red, keys
+blue and values green, and linking the pairs of high q·k. Here every bar is one feature. A key
 (and value) is just the token's features; a query is what the token looks for: "sat"'s query is
 +4 on noun, +1 on early and −1 on late, so it matches "cat"'s key (noun, early) with
 q·k = {scores[sat, cat]:g}. The lines join the {links} pairs that share the largest q·k,
@@ -320,14 +362,16 @@ def _entropy_section(out_dir, sentence, heads, sink):
     flagged = [SENTENCE[j] for j in np.flatnonzero(sink_analysis.anomalous)]
     return f"""## 5. Entropy, focus and anomalies
 
-Exercise 4 reads an attention matrix three ways. The **entropy** of a row, H = −Σ p ln p, is 0
+The textbook's fourth exercise reads an attention matrix three ways: how spread out each row is,
+which key each query weighs most, and whether some key draws far more than its share.
+The **entropy** of a row, H = −Σ p ln p, is 0
 when a query puts all its weight on one key and ln {n} = {math.log(n):.2f} nats when it spreads
 evenly over all {n}. For the eight seeded heads:
 
 ![Entropy per query and head](entropy.png)
 
 The mean entropy per head runs from {head_entropy.mean(axis=-1).min():.2f} to
-{head_entropy.mean(axis=-1).max():.2f} nats; the most focused row is "{SENTENCE[row]}" in head {h + 1}
+{head_entropy.mean(axis=-1).max():.2f} nats; the most focused row is "{SENTENCE[row]}" in head {h}
 ({head_entropy[h, row]:.2f} nats). The hand-built sentence of section 2 is sharper; each query's
 **focus**, the key it weighs most (`analyse_attention`):
 
@@ -367,7 +411,8 @@ def _long_section(out_dir, q, k):
     block = math.ceil(n / LONG_PIXELS)
     return f"""## 6. {n:,} tokens without the {n:,} × {n:,} matrix
 
-Exercise 6 asks whether a visualisation copes with 1000 × 1000 matrices and saves memory. This one
+Does a picture of attention cope with 1000 × 1000 matrices, and does it save memory? The textbook's
+sixth exercise, a review of attention-plotting code that an LLM wrote, asks both. This picture
 draws a causal attention matrix of {n:,} tokens, each query seeing itself and the tokens before it.
 Nothing can show {n * n:,} numbers, so each pixel is the mean weight of a {block} × {block} block of
 query-key pairs, on a log colour scale so that small weights still show. The weights are made from the
@@ -388,7 +433,8 @@ def _retrieval_section(out_dir, kernel, seed):
     # weights by attention_weights; with one-hot values the output is the weights themselves,
     # so no kernel call is needed (a kernel would hold an N × N identity of values)
     result = soft_vs_hard(seed=seed)
-    cost = retrieval_cost(seed=seed, kernel=kernel)
+    cost = retrieval_cost(sizes=RETRIEVAL_SIZES, dim=RETRIEVAL_DIM, n_queries=RETRIEVAL_QUERIES, seed=seed,
+                          kernel=kernel)
     plot_soft_vs_hard(result, out_dir / "soft_vs_hard.png")
     plot_retrieval_cost(cost, out_dir / "retrieval_cost.png")
     accuracy = Table("soft_vs_hard", (

@@ -1,5 +1,7 @@
-"""Figures of attention (the seed's §11.1.6 and exercise 6).  Each function takes data and
-a path, writes one PNG (matplotlib on Agg), closes its figure and returns the path.
+"""Figures of attention (what the source text, the textbook section attnbench started
+from, suggests drawing in its §11.1.6 and asks of a plot in its exercise 6).  Each
+function takes data and a path, writes one PNG (matplotlib on Agg), closes its figure
+and returns the path.
 
     plot_attention_heatmap(weights, tokens, path)   (n, n): tokens on both axes, each
                                                     weight written in its cell for n <= 32
@@ -12,7 +14,8 @@ a path, writes one PNG (matplotlib on Agg), closes its figure and returns the pa
     plot_entropy(entropy, tokens, path)             (heads, n) entropy of each query row
 
 Every figure has a title, labelled axes, a colour bar where colour carries a value, and a
-caption under it saying what it was computed from.
+caption under it saying what it was computed from.  Heads are numbered from 0, as the
+arrays and ``head_mask`` index them; entropy is in nats, at most ln n over n keys.
 """
 import math
 import textwrap
@@ -29,8 +32,8 @@ from ..report.plots import pyplot
 ANNOTATE_LIMIT = 32   # tokens per axis beyond which numbers in the cells cannot be read
 LABEL_LIMIT = 16      # tokens per axis beyond which tick labels are thinned
 DPI = 110
-WEIGHT_CMAP = "Blues"                                        # the seed's choice
-VECTOR_COLOURS = {"Q": "tab:red", "K": "tab:blue", "V": "tab:green"}  # the seed's coding
+WEIGHT_CMAP = "Blues"                                        # the source text's choice
+VECTOR_COLOURS = {"Q": "tab:red", "K": "tab:blue", "V": "tab:green"}  # the source text's coding
 
 
 def plot_attention_heatmap(weights, tokens, path, *, title="Self-attention weights", caption=None,
@@ -171,7 +174,8 @@ def block_means(weights, *, causal=False, scale=None, max_pixels=512):
 def plot_heads(weights, tokens, path, *, title="Attention weights of each head", caption=None):
     """Every head's weights side by side: weights (heads, n, n), ``tokens`` n labels ->
     path (PNG).  Rows of four panels, one colour scale shared by all; each panel is titled
-    with the head's number (from 1) and the mean entropy of its rows in nats."""
+    with the head's index (from 0, as ``weights[h]``) and the mean entropy of its rows in
+    nats, whose maximum, ln n, the title gives."""
     weights = np.asarray(weights)
     heads, n = weights.shape[0], len(tokens)
     if weights.shape != (heads, n, n):
@@ -188,13 +192,14 @@ def plot_heads(weights, tokens, path, *, title="Attention weights of each head",
             ax.set_axis_off()
             continue
         image = ax.imshow(weights[h], cmap=WEIGHT_CMAP, vmin=0, vmax=vmax)
-        ax.set_title(f"head {h + 1}: mean entropy {entropy[h]:.2f}", fontsize=10)
+        ax.set_title(f"head {h}: mean entropy {entropy[h]:.2f} nats", fontsize=10)
         _token_ticks(ax, tokens)
     for ax in axes[-1]:
         ax.set_xlabel("key (token)")
     for ax in axes[:, 0]:
         ax.set_ylabel("query (token)")
-    fig.suptitle(title)
+    fig.suptitle(f"{title}\nheads numbered from 0; entropy of a row in nats, at most "
+                 f"ln {n} = {math.log(n):.2f} (an even spread over {n} keys)")
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (one scale for all heads)")
     return save_figure(fig, path, caption or (
         f"{heads} heads over the same {n} tokens; entropy in nats, ln {n} = {math.log(n):.2f} when a "
@@ -262,8 +267,8 @@ def plot_qkv_vectors(q, k, v, tokens, path, *, links=3, features=None,
 
 
 def plot_entropy(entropy, tokens, path, *, title="Entropy of each query's attention", caption=None):
-    """Entropy of each query row, one line per head: entropy (n,) or (heads, n) in nats,
-    ``tokens`` n labels or None (positions) -> path (PNG).  The maximum, ln n for a query
+    """Entropy of each query row, one line per head (numbered from 0): entropy (n,) or
+    (heads, n) in nats, ``tokens`` n labels or None (positions) -> path (PNG).  The maximum, ln n for a query
     that spreads evenly over n keys (self-attention, not causal), is drawn dashed; 0 is a
     query that puts all its weight on one key."""
     entropy = np.atleast_2d(np.asarray(entropy))
@@ -275,7 +280,7 @@ def plot_entropy(entropy, tokens, path, *, title="Entropy of each query's attent
     positions = np.arange(n)
     for h in range(heads):
         ax.plot(positions, entropy[h], marker="o", markersize=4, linewidth=1.3,
-                label=f"head {h + 1}" if heads > 1 else "entropy")
+                label=f"head {h}" if heads > 1 else "entropy")
     ceiling = math.log(n)
     ax.axhline(ceiling, color="black", linestyle="--", linewidth=1,
                label=f"maximum ln {n} = {ceiling:.2f} (even spread)")
@@ -283,9 +288,12 @@ def plot_entropy(entropy, tokens, path, *, title="Entropy of each query's attent
     if tokens is not None and n <= ANNOTATE_LIMIT:
         ax.set_xticks(positions, [f"{i} {t}" for i, t in enumerate(tokens)], rotation=45, ha="right")
     ax.set_xlabel("query position (token)")
-    ax.set_ylabel("entropy of the query's weights (nats)")
-    ax.set_title(title)
-    fig.legend(loc="outside right upper", fontsize=9)
+    ax.set_ylabel(f"entropy of the query's weights (nats; max ln {n} = {ceiling:.2f})")
+    fig.suptitle(title)
+    ax.set_title(f"in nats, from 0 (all weight on one key) to ln {n} = {ceiling:.2f} (even over {n} keys)",
+                 fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=9, title_fontsize=9,
+              title="heads (from 0)" if heads > 1 else None)
     return save_figure(fig, path, caption or f"Entropy H = -Σ p ln p of each of {n} query rows; low entropy is focus.")
 
 

@@ -1,4 +1,5 @@
-"""An interactive attention viewer: one self-contained HTML file (the seed's exercise 6).
+"""An interactive attention viewer: one self-contained HTML file (the source text's exercise 6:
+visualise the weights).
 
     write_viewer(tokens, weights, path, title=..., meta=...)   weights (layers, heads, n, n)
 
