@@ -13,7 +13,7 @@ help:
 	@echo "make report  rewrite reports/ from the asv results already in .asv/results"
 	@echo "make test    run the test suite"
 	@echo "make verify  every kernel against the float64 reference"
-	@echo "make sanitize  the C kernel under ASan + UBSan, every ISA, checked against float64; the pool under TSan (C compiler only)"
+	@echo "make sanitize  the C kernel under ASan + UBSan, every ISA, checked against float64; the pool under TSan (a C compiler and .venv)"
 	@echo "make list    the registered kernels"
 	@echo "make peers   install the peers (PyTorch, ONNX Runtime, OpenVINO, JAX; CPU builds) to measure beside ours"
 	@echo "make model   install all-MiniLM-L6-v2 (weights + tokenizer, no PyTorch) for kernels.models"
@@ -56,15 +56,25 @@ list: install
 # The C kernel built with AddressSanitizer and UndefinedBehaviorSanitizer into a standalone
 # driver that runs every SIMD path this CPU has over the harness's shapes and the kernel's
 # edges, checking each result against its own float64 reference: a sanitizer report or a
-# wrong result fails.  Needs only a C compiler.  The sources and compile flags are
-# csrc/build_attention.py's SOURCES and COMPILE_ARGS, so a new source file is built here too.
-SANITIZE_C := csrc/sanitize/check_attention.c \
-	$(shell sed -n '/^SOURCES = \[/,/^\]/s/.*"\(csrc\/.*\.c\)".*/\1/p' csrc/build_attention.py)
-SANITIZE_FLAGS := $(shell sed -n 's/^COMPILE_ARGS = \[\(.*\)\]/\1/p' csrc/build_attention.py | tr -d '",') \
+# wrong result fails.  Needs a C compiler and the .venv (built by `install`): the driver's
+# table of the harness's shapes, build/sanitize/harness_cases.h, is generated from
+# kernels.harness.CASES (which needs NumPy) by csrc/sanitize/harness_cases.py, and the
+# sources and compile flags are csrc/build_attention.py's SOURCES and COMPILE_ARGS, which it
+# prints (it needs cffi), so a new source file is built here too.  The kernel's edges
+# (csrc/sanitize/cases.h) follow its tile sizes in csrc/tiles.h.  Both variables are expanded
+# only in the recipe, once `install` has run.
+SANITIZE_C = csrc/sanitize/check_attention.c \
+	$(or $(shell $(PY) csrc/build_attention.py --print-sources),$(error csrc/build_attention.py --print-sources failed))
+SANITIZE_FLAGS = \
+	$(or $(shell $(PY) csrc/build_attention.py --print-flags),$(error csrc/build_attention.py --print-flags failed)) \
 	-g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-build/sanitize/check_attention: $(SANITIZE_C) $(wildcard csrc/*.h) csrc/build_attention.py
+build/sanitize/harness_cases.h: csrc/sanitize/harness_cases.py kernels/harness.py | install
+	$(PY) csrc/sanitize/harness_cases.py $@
+# (every csrc/*.c: SOURCES are among them)
+build/sanitize/check_attention: csrc/sanitize/check_attention.c csrc/sanitize/cases.h \
+		build/sanitize/harness_cases.h $(wildcard csrc/*.c csrc/*.h) csrc/build_attention.py | install
 	@mkdir -p $(@D)
-	$(CC) $(SANITIZE_FLAGS) -Icsrc -o $@ $(SANITIZE_C) -lm
+	$(CC) $(SANITIZE_FLAGS) -Icsrc -I$(@D) -o $@ $(SANITIZE_C) -lm
 
 # The thread pool alone under ThreadSanitizer (which cannot share a build with ASan): loops
 # from several threads at once, nested and back to back, each task's plain writes read by

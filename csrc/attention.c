@@ -1,10 +1,11 @@
 /* attnbench C kernel: public entry points, SIMD path selection, and the two instances
    (float, double) of the tiled online-softmax driver in flash_driver_template.h.
 
-   Tile sizes (query rows × keys per tile, per thread). Swept with csrc/sweep_tiles.py on the
-   AVX-512 path (1 thread, 2 heads, n = 4096, d = 64, GFLOP/s of thread CPU time full/causal,
-   best of 3 shuffled rounds on a shared 2-core Sapphire-Rapids-class Xeon VM under heavy
-   load from other jobs, so differences below ~10% are noise):
+   Tile sizes (query rows × keys per tile, per thread; defined in tiles.h). Swept with
+   csrc/sweep_tiles.py on the AVX-512 path (1 thread, 2 heads, n = 4096, d = 64, GFLOP/s of
+   thread CPU time full/causal, best of 3 shuffled rounds on a shared 2-core
+   Sapphire-Rapids-class Xeon VM under heavy load from other jobs, so differences below ~10%
+   are noise):
      float32  192×64 110/109   192×128 107/107   288×128 110/105   384×64 112/106
               384×128 126/126  384×256 98/95     528×64 107/102    528×128 127/116
               528×256 114/125  768×128 130/115   768×256 121/107
@@ -24,27 +25,9 @@
 
 #include "attention.h"
 #include "tile_ops.h"
+#include "tiles.h"   /* ATTN_F32/F64_QUERY_TILE, ATTN_F32/F64_KEY_TILE, DECODE_MAX_QUERIES */
 
-#ifndef ATTN_F32_QUERY_TILE
-#define ATTN_F32_QUERY_TILE 528   /* a multiple of every ISA's query panel (48, 24, 8) */
-#endif
-#ifndef ATTN_F32_KEY_TILE
-#define ATTN_F32_KEY_TILE 128
-#endif
-#ifndef ATTN_F64_QUERY_TILE
-#define ATTN_F64_QUERY_TILE 528
-#endif
-#ifndef ATTN_F64_KEY_TILE
-#define ATTN_F64_KEY_TILE 128
-#endif
-
-/* Split-KV (decode) path, flash_driver_template.h. Up to 4 query rows per head: a query
-   panel (48 rows with AVX-512, 24 with AVX2) would then be at least 5/6 padding, and each
-   K and V row serves so few rows that the pass is bound by reading K and V, which the
-   split path does once per head, spread over all threads. */
-#ifndef DECODE_MAX_QUERIES
-#define DECODE_MAX_QUERIES 4
-#endif
+/* Split-KV (decode) path, flash_driver_template.h: its key blocks and chunks. */
 #define DECODE_KEY_BLOCK 64    /* keys per row step: 64 K rows of d = 64 floats fill half of L1 */
 #define DECODE_MIN_CHUNK 256   /* keys per task at least */
 

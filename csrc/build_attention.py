@@ -5,6 +5,11 @@ to the project root, where setup.py runs), or run directly for development::
 
     python csrc/build_attention.py      # builds kernels/_attention_c*.so in place, from any cwd
 
+and, for the Makefile's sanitizer build (one list of sources and flags, this one)::
+
+    python csrc/build_attention.py --print-sources   # SOURCES, relative to the project root
+    python csrc/build_attention.py --print-flags     # COMPILE_ARGS
+
 ``attention.h`` is the single source of truth for the interface: its declarations, with
 comments and preprocessor lines removed, are the cdef.
 """
@@ -20,6 +25,8 @@ CSRC = pathlib.Path(__file__).resolve().parent
 PROJECT_ROOT = CSRC.parent
 MODULE_NAME = "kernels._attention_c"
 
+# The C sources, relative to the project root: the extension's, and those `make sanitize`
+# links its driver with (it asks for them with --print-sources).
 SOURCES = [
     "csrc/attention.c",
     "csrc/pool.c",
@@ -32,6 +39,7 @@ SOURCES = [
 ]
 DEPENDS = [
     "csrc/attention.h",
+    "csrc/tiles.h",
     "csrc/tile_ops.h",
     "csrc/flash_driver_template.h",
     "csrc/tile_ops_generic_template.h",
@@ -40,6 +48,7 @@ DEPENDS = [
 ]
 # IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no
 # -ffast-math/-Ofast; no -march=native either: the AVX2 and AVX-512 code is chosen at run time.
+# `make sanitize` builds with these too (--print-flags), plus its sanitizers.
 COMPILE_ARGS = ["-O3", "-pthread", "-fno-math-errno", "-std=c11", "-Wall", "-Wextra"]
 LINK_ARGS = ["-pthread"]
 
@@ -87,5 +96,12 @@ def build(target_dir, define_macros=()):
     return target
 
 
+PRINTABLE = {"--print-sources": SOURCES, "--print-flags": COMPILE_ARGS}
+
 if __name__ == "__main__":
-    print(build(PROJECT_ROOT / "kernels"), file=sys.stderr)
+    if len(sys.argv) == 2 and sys.argv[1] in PRINTABLE:
+        print(*PRINTABLE[sys.argv[1]])
+    elif len(sys.argv) == 1:
+        print(build(PROJECT_ROOT / "kernels"), file=sys.stderr)
+    else:
+        sys.exit(f"usage: {sys.argv[0]} [{' | '.join(PRINTABLE)}]")

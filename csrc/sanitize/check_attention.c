@@ -1,13 +1,16 @@
 /* The C kernel under AddressSanitizer and UndefinedBehaviorSanitizer: `make sanitize` links
-   this driver with csrc/build_attention.py's SOURCES, all built with -fsanitize=address,undefined.
+   this driver with csrc/build_attention.py's SOURCES, all built with its COMPILE_ARGS and
+   -fsanitize=address,undefined.
 
    It runs every SIMD path the CPU has (the names in ISAS that attn_select_isa accepts), both
    precisions, one thread and all of them, causal and not, over
      - the shapes of kernels/harness.py's CASES (batch and heads flattened into one batch;
-       their memory layouts are the Python side's business: C always gets C order),
-     - the C kernel's own edges: the split-KV (decode) path of n_q <= 4 and the query-tile
-       path just above it, tile sizes and one past them, rows that see no key, NaN and Inf
-       inputs, and calls big enough to wake the pool's helpers, each on both paths,
+       their memory layouts are the Python side's business: C always gets C order), from
+       harness_cases.h, which `make sanitize` generates from them (harness_cases.py),
+     - the C kernel's own edges (cases.h), in terms of its constants (csrc/tiles.h): the
+       split-KV (decode) path of n_q <= DECODE_MAX_QUERIES and the query-tile path just above
+       it, each precision's tile sizes, one short of and one past them, rows that see no key,
+       NaN and Inf inputs, and calls big enough to wake the pool's helpers, on both paths,
      - d and d_v from 1 to WIDTH_MAX on both paths, together and crossed: every tail of every
        vector width, and past two of the widest micro-kernel passes (pv_row's 64 columns).
    Each output is compared with a float64 reference computed here by naive loops, so a wrong
@@ -27,77 +30,27 @@
 #include <unistd.h>
 
 #include "attention.h"
+#include "cases.h"           /* struct shape, KERNEL_EDGES; tiles.h */
+#include "harness_cases.h"   /* HARNESS_CASES: generated from kernels.harness.CASES */
 
 static const char *const ISAS[] = {"generic", "avx2", "avx512"};
 #define N_ISAS (int)(sizeof ISAS / sizeof ISAS[0])
 
-/* Only to label the summary, as in attention.c: which path a call takes, and whether it
-   is big enough to run on more than the calling thread. */
-#define SPLIT_KV_MAX_QUERIES 4      /* DECODE_MAX_QUERIES */
+/* Only to label the summary, as pool.c's POOL_MIN_FLOPS: whether a call is big enough to
+   run on more than the calling thread. (Its path: n_q > DECODE_MAX_QUERIES, tiles.h.) */
 #define PARALLEL_MIN_FLOPS 2e5
 
 #define WIDTH_MAX 136
 #define TWO_PI 6.283185307179586   /* M_PI is not C11 */
 #define UNWRITTEN 1e30
 
-enum dtype { F32, F64, N_DTYPES };
 static const char *const DTYPE_NAMES[] = {"float32", "float64"};
 static const double UNIT_ROUNDOFF[] = {0x1p-24, 0x1p-53};
 
-enum poison { CLEAN, NAN_Q, NAN_K, NAN_V, INF_Q };
-
-/* q (batch, n_q, d), k (batch, n_k, d), v (batch, n_k, d_v) -> out (batch, n_q, d_v) */
-struct shape {
-    const char *name;
-    int64_t batch, n_q, n_k, d, d_v;
-    double logit_scale;   /* multiplies q and k: large logits */
-    enum poison poison;   /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head */
-};
-
-static const struct shape SHAPES[] = {
-    /* kernels/harness.py's CASES */
-    {"n=1", 1, 1, 1, 8, 8, 1, CLEAN},
-    {"n=2 d=1", 1, 2, 2, 1, 1, 1, CLEAN},
-    {"odd d=33", 1, 37, 37, 33, 33, 1, CLEAN},
-    {"d_v=40 != d=16", 1, 50, 50, 16, 40, 1, CLEAN},
-    {"n_q=7 < n_k=90", 2, 7, 90, 64, 64, 1, CLEAN},
-    {"n_q=90 > n_k=7", 2, 90, 7, 32, 32, 1, CLEAN},
-    {"heads (2,3) n=41", 6, 41, 41, 64, 64, 1, CLEAN},
-    {"n=193 prime", 1, 193, 193, 64, 64, 1, CLEAN},
-    {"fortran order (as C)", 2, 60, 60, 16, 16, 1, CLEAN},
-    {"strided views (as C)", 2, 60, 60, 16, 24, 1, CLEAN},
-    {"large logits x30", 1, 64, 64, 64, 64, 30, CLEAN},
-    {"NaN in q", 2, 20, 20, 8, 8, 1, NAN_Q},
-    {"NaN in k", 2, 20, 20, 8, 8, 1, NAN_K},
-    {"NaN in v", 2, 20, 20, 8, 8, 1, NAN_V},
-    {"Inf in q", 2, 20, 20, 8, 8, 1, INF_Q},
-    {"n=1031 prime d=65", 1, 1031, 1031, 65, 65, 1, CLEAN},
-    {"heads (2,4) n=517", 8, 517, 517, 64, 48, 1, CLEAN},
-    {"n_q=300 n_k=1100 d=127", 3, 300, 1100, 127, 64, 1, CLEAN},
-    {"large logits x30 n=700", 2, 700, 700, 64, 64, 30, CLEAN},
-    /* the split-KV path: n_q <= 4 */
-    {"split-KV n_q=1 n_k=1 d=1", 1, 1, 1, 1, 1, 1, CLEAN},
-    {"split-KV n_q=4 > n_k=2 (rows that see no key)", 2, 4, 2, 16, 16, 1, CLEAN},
-    {"split-KV n_q=2 n_k=70 d=9 d_v=70", 3, 2, 70, 9, 70, 1, CLEAN},
-    {"split-KV n_q=1 n_k=1100 (threaded, in chunks)", 1, 1, 1100, 64, 64, 1, CLEAN},
-    {"split-KV 8 heads n_q=4 n_k=3000 d=40 d_v=72", 8, 4, 3000, 40, 72, 1, CLEAN},
-    {"split-KV large logits x30 n_q=3 n_k=700", 2, 3, 700, 64, 64, 30, CLEAN},
-    {"split-KV NaN in q", 2, 4, 900, 16, 16, 1, NAN_Q},
-    {"split-KV NaN in k", 2, 4, 900, 16, 16, 1, NAN_K},
-    {"split-KV NaN in v", 2, 4, 900, 16, 16, 1, NAN_V},
-    {"split-KV Inf in q", 2, 4, 900, 16, 16, 1, INF_Q},
-    /* the query-tile path at its edges (tiles of ATTN_F32/F64_QUERY_TILE = 528 queries × 128
-       keys; a single head's tile shrinks below that when more threads share it) */
-    {"tiles n_q=5: one past split-KV", 1, 5, 5, 8, 8, 1, CLEAN},
-    {"tiles n_q=528 n_k=128: one tile", 1, 528, 128, 24, 20, 1, CLEAN},
-    {"tiles n_q=529 n_k=129: one past", 2, 529, 129, 12, 12, 1, CLEAN},
-    {"tiles n_q=600 > n_k=300 (rows that see no key)", 1, 600, 300, 32, 32, 1, CLEAN},
-};
-
 /* d and d_v from 1 to WIDTH_MAX, together and crossed, on each path */
 static const struct shape WIDTH_SWEEPS[] = {
-    {"width sweep, query tiles", 2, 53, 37, 0, 0, 1, CLEAN},
-    {"width sweep, split-KV", 2, 3, 69, 0, 0, 1, CLEAN},
+    {"width sweep, query tiles", 2, 53, 37, 0, 0, 1, CLEAN, 0},
+    {"width sweep, split-KV", 2, 3, 69, 0, 0, 1, CLEAN, 0},
 };
 
 /* calls by path (split-KV or query tiles) and by size (below PARALLEL_MIN_FLOPS or not);
@@ -377,6 +330,8 @@ static void check_shape(const struct shape *s, uint64_t seed)
     const double flops = 2.0 * s->batch * s->n_q * s->n_k * (double)(s->d + s->d_v);
     for (int causal = 0; causal <= 1; causal++)
         for (enum dtype t = F32; t < N_DTYPES; t++) {
+            if (s->skip_dtypes & 1u << t)
+                continue;
             struct problem pr = make_problem(s, causal, t, seed);
             for (int isa = 0; isa < N_ISAS; isa++) {
                 if (!isa_available[isa])
@@ -385,7 +340,7 @@ static void check_shape(const struct shape *s, uint64_t seed)
                 for (int ti = 0; ti < 2; ti++) {
                     struct tally *tally = &tallies[isa][t][ti];
                     const double worst = check_call(&pr, isa, thread_counts[ti]);
-                    tally->calls[s->n_q > SPLIT_KV_MAX_QUERIES][flops >= PARALLEL_MIN_FLOPS]++;
+                    tally->calls[s->n_q > DECODE_MAX_QUERIES][flops >= PARALLEL_MIN_FLOPS]++;
                     if (!(worst <= tally->worst))
                         tally->worst = worst;
                 }
@@ -409,9 +364,15 @@ int main(void)
     thread_counts[0] = 1;
     thread_counts[1] = cpus > 2 ? (int)cpus : 2;
 
+    printf("query tiles (rows x keys): float32 %d x %d, float64 %d x %d; split-KV up to %d "
+           "query rows\n", (int)ATTN_F32_QUERY_TILE, (int)ATTN_F32_KEY_TILE,
+           (int)ATTN_F64_QUERY_TILE, (int)ATTN_F64_KEY_TILE, (int)DECODE_MAX_QUERIES);
+
     uint64_t seed = 1;
-    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
-        check_shape(&SHAPES[i], seed++);
+    for (size_t i = 0; i < sizeof HARNESS_CASES / sizeof HARNESS_CASES[0]; i++)
+        check_shape(&HARNESS_CASES[i], seed++);
+    for (size_t i = 0; i < sizeof KERNEL_EDGES / sizeof KERNEL_EDGES[0]; i++)
+        check_shape(&KERNEL_EDGES[i], seed++);
     for (size_t i = 0; i < sizeof WIDTH_SWEEPS / sizeof WIDTH_SWEEPS[0]; i++)
         for (int64_t width = 1; width <= WIDTH_MAX; width++) {
             struct shape s = WIDTH_SWEEPS[i];

@@ -1,0 +1,67 @@
+/* The shapes check_attention.c runs: struct shape, and the C kernel's own edges
+   (KERNEL_EDGES), written in terms of the kernel's constants in csrc/tiles.h, so that they
+   follow its tile sizes and split-KV threshold (also when those are set with -D).
+   The harness's shapes are not here: build/sanitize/harness_cases.h (HARNESS_CASES) is
+   generated from kernels.harness.CASES by harness_cases.py, and included after this file.
+   tests/test_sanitize_cases.py checks both tables. */
+#ifndef ATTNBENCH_SANITIZE_CASES_H
+#define ATTNBENCH_SANITIZE_CASES_H
+
+#include <stdint.h>
+
+#include "tiles.h"
+
+enum dtype { F32, F64, N_DTYPES };
+
+enum poison { CLEAN, NAN_Q, NAN_K, NAN_V, INF_Q };
+
+/* q (batch, n_q, d), k (batch, n_k, d), v (batch, n_k, d_v) -> out (batch, n_q, d_v);
+   every shape runs causal and not */
+struct shape {
+    const char *name;
+    int64_t batch, n_q, n_k, d, d_v;
+    double logit_scale;     /* multiplies q and k: large logits */
+    enum poison poison;     /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head */
+    unsigned skip_dtypes;   /* the precisions (1u << F32, 1u << F64) not to run it at; 0: none */
+};
+
+#define FLOAT32_ONLY (1u << F64)
+#define FLOAT64_ONLY (1u << F32)
+
+/* The query-tile path at the edges of one precision's tiles, query_tile rows × key_tile
+   keys, at that precision only: a tile, one short of it and one past it in both directions,
+   two and one past, and n_q > n_k, which leaves key_tile rows that see no key when causal
+   (and then query_tile + 1 that do). 4 heads, because the kernel shrinks a query tile until
+   all heads give about four tiles per thread (flash_driver_template.h): one thread then
+   keeps whole tiles; the calls on more threads cover the shrunk ones. */
+#define TILE_EDGES(dtype, only, query_tile, key_tile)                                            \
+    {dtype " tiles: one tile", 4, (query_tile), (key_tile), 24, 20, 1, CLEAN, only},             \
+    {dtype " tiles: one short", 4, (query_tile) - 1, (key_tile) - 1, 12, 12, 1, CLEAN, only},    \
+    {dtype " tiles: one past", 4, (query_tile) + 1, (key_tile) + 1, 12, 12, 1, CLEAN, only},     \
+    {dtype " tiles: two and one past", 4, 2 * (query_tile) + 1, 2 * (key_tile) + 1, 8, 8, 1,     \
+     CLEAN, only},                                                                               \
+    {dtype " tiles: n_q > n_k (causal: rows that see no key)", 4, (query_tile) + (key_tile) + 1, \
+     (query_tile) + 1, 32, 32, 1, CLEAN, only}
+
+static const struct shape KERNEL_EDGES[] = {
+    /* the split-KV path: n_q <= DECODE_MAX_QUERIES */
+    {"split-KV n_q=1 n_k=1 d=1", 1, 1, 1, 1, 1, 1, CLEAN, 0},
+    {"split-KV most queries, n_q > n_k (rows that see no key)", 2, DECODE_MAX_QUERIES,
+     (DECODE_MAX_QUERIES + 1) / 2, 16, 16, 1, CLEAN, 0},
+    {"split-KV n_q=2 n_k=70 d=9 d_v=70", 3, 2, 70, 9, 70, 1, CLEAN, 0},
+    {"split-KV n_q=1 n_k=1100 (threaded, in chunks)", 1, 1, 1100, 64, 64, 1, CLEAN, 0},
+    {"split-KV most queries, 8 heads n_k=3000 d=40 d_v=72", 8, DECODE_MAX_QUERIES, 3000, 40, 72,
+     1, CLEAN, 0},
+    {"split-KV large logits x30 n_q=3 n_k=700", 2, 3, 700, 64, 64, 30, CLEAN, 0},
+    {"split-KV NaN in q", 2, DECODE_MAX_QUERIES, 900, 16, 16, 1, NAN_Q, 0},
+    {"split-KV NaN in k", 2, DECODE_MAX_QUERIES, 900, 16, 16, 1, NAN_K, 0},
+    {"split-KV NaN in v", 2, DECODE_MAX_QUERIES, 900, 16, 16, 1, NAN_V, 0},
+    {"split-KV Inf in q", 2, DECODE_MAX_QUERIES, 900, 16, 16, 1, INF_Q, 0},
+    /* the query-tile path, from its first n_q to the edges of each precision's tiles */
+    {"query tiles: one past split-KV", 1, DECODE_MAX_QUERIES + 1, DECODE_MAX_QUERIES + 1, 8, 8,
+     1, CLEAN, 0},
+    TILE_EDGES("float32", FLOAT32_ONLY, ATTN_F32_QUERY_TILE, ATTN_F32_KEY_TILE),
+    TILE_EDGES("float64", FLOAT64_ONLY, ATTN_F64_QUERY_TILE, ATTN_F64_KEY_TILE),
+};
+
+#endif
