@@ -35,11 +35,11 @@ $(VENV)/.installed: $(PY) $(SOURCES)
 	@touch $@
 
 # Numba checks a cached kernel against its own source file only, and the SIMD helpers
-# compiled into numba_tiled live in numba_simd.py: a change there drops the cached kernels
+# compiled into numba_tiled live in rung3_numba_simd.py: a change there drops the cached kernels
 # (when there are any).
-NUMBA_CACHE := $(wildcard kernels/__pycache__/*.nbi kernels/__pycache__/*.nbc)
-$(VENV)/.numba-simd: kernels/numba_simd.py | $(PY)
-	$(if $(NUMBA_CACHE),@echo "kernels/numba_simd.py changed: dropping Numba's cached kernels"; rm -f $(NUMBA_CACHE))
+NUMBA_CACHE := $(wildcard kernels/rungs/__pycache__/*.nbi kernels/rungs/__pycache__/*.nbc)
+$(VENV)/.numba-simd: kernels/rungs/rung3_numba_simd.py | $(PY)
+	$(if $(NUMBA_CACHE),@echo "kernels/rungs/rung3_numba_simd.py changed: dropping Numba's cached kernels"; rm -f $(NUMBA_CACHE))
 	@touch $@
 
 install: $(VENV)/.installed $(VENV)/.numba-simd

@@ -13,7 +13,7 @@ setup(
     cffi_modules=["csrc/build_attention.py:ffibuilder"],
     install_requires=[
         "numpy>=1.24",
-        # the SIMD helpers (numba_simd.py) build their intrinsics on Numba internals
+        # the SIMD helpers (kernels/rungs/rung3_numba_simd.py) build their intrinsics on Numba internals
         # (make_array, populate_array, cgutils.alloca_once) that may change between
         # releases: tested with 0.68.1 only, so its series (which pins llvmlite 0.50)
         "numba>=0.68.1,<0.69",

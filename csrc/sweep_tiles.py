@@ -39,7 +39,7 @@ CALLS = 2   # timed calls per build and mask, the fastest kept: the first also t
 
 def measure(path, dtype, heads, n):
     """Load the extension build at ``path`` as kernels._attention_c and time
-    kernels.c_tiled.run on it at one thread: q, k, v (heads, n, HEAD_DIM) of ``dtype``, full
+    kernels.rungs.rung4_c_tiled.run on it at one thread: q, k, v (heads, n, HEAD_DIM) of ``dtype``, full
     and causal, each the best of CALLS calls by thread CPU time.  Returns their GFLOP/s
     (full, causal).  Needs an interpreter that has not loaded the extension yet (time_build)."""
     if build_attention.MODULE_NAME in sys.modules:
@@ -49,7 +49,7 @@ def measure(path, dtype, heads, n):
     extension = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
     sys.modules[loader.name] = extension
     loader.exec_module(extension)
-    from kernels import c_tiled   # here, so that it imports the build registered above
+    from kernels.rungs import rung4_c_tiled as c_tiled   # here, so that it imports the build registered above
 
     threads.set_budget(1)
     rng = np.random.default_rng(0)

@@ -72,7 +72,7 @@ def own_kernel_name(request):
 @pytest.fixture(params=["avx512", "avx2", "generic"])
 def isa(request):
     """Each SIMD path of c_tiled this CPU has, selected for the test (skips the others)."""
-    from kernels import c_tiled
+    from kernels.rungs import rung4_c_tiled as c_tiled
 
     try:
         c_tiled.use_isa(request.param)

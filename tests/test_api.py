@@ -212,7 +212,7 @@ def test_multi_head_attention_refuses_before_projecting(monkeypatch):
 
 def test_c_extension_missing_says_how_to_rebuild(monkeypatch):
     monkeypatch.setitem(sys.modules, "kernels._attention_c", None)  # as if never built
-    monkeypatch.delitem(sys.modules, "kernels.c_tiled", raising=False)
+    monkeypatch.delitem(sys.modules, "kernels.rungs.rung4_c_tiled", raising=False)
     q, k, v = qkv()
     with pytest.raises(ExtensionNotBuilt, match=r"kernels\._attention_c cannot be imported") as info:
         kernels.attention(q, k, v, kernel="c_tiled")

@@ -184,7 +184,7 @@ def test_the_suite_preloads_the_kernels_in_asvs_forkserver_only(project_root, ar
     modules (and numba_tiled's compiled code) are loaded there once; anywhere else importing
     the suite stays light."""
     code = (f"import sys; sys.argv = {argv!r}; import benchmarks; "
-            "print('kernels.numba_tiled' in sys.modules, 'kernels.c_tiled' in sys.modules)")
+            "print('kernels.rungs.rung3_numba_tiled' in sys.modules, 'kernels.rungs.rung4_c_tiled' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=project_root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(preloaded)] * 2

@@ -11,7 +11,8 @@ import itertools
 import numpy as np
 import pytest
 
-from kernels import c_tiled, harness
+from kernels import harness
+from kernels.rungs import rung4_c_tiled as c_tiled
 from kernels.harness import Case
 from kernels.reference import reference_attention
 from kernels.threads import thread_budget

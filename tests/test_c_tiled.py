@@ -3,7 +3,8 @@ path a CPU without them falls back to) passes the harness, and "auto" picks the 
 import numpy as np
 import pytest
 
-from kernels import c_tiled, harness
+from kernels import harness
+from kernels.rungs import rung4_c_tiled as c_tiled
 
 ISAS = {"avx512": "avx512", "avx2": "avx2-fma", "generic": "generic"}   # name -> isa()
 

@@ -444,7 +444,7 @@ def test_a_failed_heatmap_leaves_no_folder(capsys, tmp_path, monkeypatch):
 
 def test_c_extension_missing_says_how_to_rebuild(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "kernels._attention_c", None)  # as if never built
-    monkeypatch.delitem(sys.modules, "kernels.c_tiled", raising=False)
+    monkeypatch.delitem(sys.modules, "kernels.rungs.rung4_c_tiled", raising=False)
     status, _, error = run_main(capsys, "timing", "--kernel", "c_tiled", "--seq-len", "16", "--repeat", "1")
     assert status == 1
     assert error.startswith("attnbench timing: the C extension kernels._attention_c cannot be imported")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import kernels
-from kernels import harness, numba_tiled
+from kernels import harness
+from kernels.rungs import rung3_numba_split_kv as split_kv
 from kernels.reference import reference_attention
 from kernels.threads import thread_budget
 
@@ -41,8 +42,8 @@ def _assert_ok(comparison, label):
 
 
 def test_the_cases_take_the_split_path():
-    assert max(case.n_q for case in CASES) <= numba_tiled.SPLIT_KV_MAX_ROWS
-    assert max(case.n_k for case in CASES) > 10 * numba_tiled.SPLIT_KV_CHUNK
+    assert max(case.n_q for case in CASES) <= split_kv.SPLIT_KV_MAX_ROWS
+    assert max(case.n_k for case in CASES) > 10 * split_kv.SPLIT_KV_CHUNK
 
 
 @pytest.mark.parametrize("threads", (1, 2))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from kernels import numba_simd, numba_tiled
-from kernels.numba_simd import (
+from kernels.rungs import rung3_numba_simd as numba_simd, rung3_numba_tiled as numba_tiled
+from kernels.rungs.rung3_numba_simd import (
     BLOCK_ROWS, VECTOR_BYTES, aligned_empty, exp2, fma_vector, prefer_wide_vectors, register_block,
 )
 
@@ -92,7 +92,8 @@ def test_without_avx512_the_32_byte_path_stays_correct(tmp_path):
     cases that exercise its tails, masks and poisons, both dtypes."""
     script = textwrap.dedent("""
         from dataclasses import replace
-        from kernels import harness, numba_simd
+        from kernels import harness
+        from kernels.rungs import rung3_numba_simd as numba_simd
         assert (numba_simd.VECTOR_BYTES, numba_simd.BLOCK_ROWS) == (32, 4)
         names = {"odd d=33", "d_v=40 != d=16", "n=193 prime", "NaN in v", "Inf in q",
                  "n_q=300 n_k=1100 d=127", "large logits x30"}

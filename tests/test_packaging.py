@@ -37,7 +37,7 @@ def test_wheel_ships_every_file_and_subpackage_with_a_working_c_kernel(tmp_path,
                          for path in (project_root / "kernels").rglob("__init__.py"))
     script = (
         "import importlib, sys\n"
-        "import kernels, kernels.c_tiled as c\n"
+        "import kernels, kernels.rungs.rung4_c_tiled as c\n"
         "from kernels import harness\n"
         "for name in sys.argv[1:]:\n"
         "    importlib.import_module(name)\n"

@@ -15,7 +15,7 @@ from numba import carray, cfunc, types
 
 import kernels
 from kernels import harness, threads
-from kernels.numba_simd import address_as_voidptr
+from kernels.rungs.rung3_numba_simd import address_as_voidptr
 
 LOG = np.dtype([("log", np.intp), ("n_tasks", np.int64), ("spin", np.int64)])
 

@@ -13,8 +13,8 @@ import warnings
 
 import torch
 
-from .reference import causal_mask, first_seeing_row
-from .threads import budget
+from ..reference import causal_mask, first_seeing_row
+from ..threads import budget
 
 
 def run(q, k, v, out, causal, scale):

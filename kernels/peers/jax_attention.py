@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .reference import first_seeing_row
+from ..reference import first_seeing_row
 
 
 @functools.lru_cache(maxsize=16)

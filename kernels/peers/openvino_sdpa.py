@@ -24,8 +24,8 @@ import numpy as np
 import openvino
 import openvino.opset13 as ops
 
-from .reference import causal_mask, first_seeing_row
-from .threads import budget
+from ..reference import causal_mask, first_seeing_row
+from ..threads import budget
 
 _CORE = openvino.Core()
 

@@ -12,7 +12,7 @@ lists plus one row of n_k scores at a time.
 """
 import math
 
-from .reference import first_seeing_row
+from ..reference import first_seeing_row
 
 
 def run(q, k, v, out, causal, scale):

@@ -57,7 +57,7 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import carray, njit, types
 from numba.core import cgutils, config
 from numba.core.codegen import get_host_cpu_features
 from numba.extending import intrinsic, overload
@@ -286,3 +286,19 @@ def address_as_voidptr(typingctx, address):
         return builder.inttoptr(args[0], cgutils.voidptr_t)
 
     return types.voidptr(address), codegen
+
+
+# The thread pool's task signature, pool_task_fn (csrc/attention.h): the call's address,
+# the task's index, the worker's.  A compiled task is a ``cfunc`` of this type.
+TASK = types.void(types.voidptr, types.int64, types.int32)
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def call_arrays(call, real):
+    """A task's view of its call: the record's q, k, v and out (its addresses, with heads,
+    n_q, n_k, d and d_v) as arrays of ``real`` (np.float32 or np.float64)."""
+    q = carray(address_as_voidptr(call.q), (call.heads, call.n_q, call.d), real)
+    k = carray(address_as_voidptr(call.k), (call.heads, call.n_k, call.d), real)
+    v = carray(address_as_voidptr(call.v), (call.heads, call.n_k, call.d_v), real)
+    out = carray(address_as_voidptr(call.out), (call.heads, call.n_q, call.d_v), real)
+    return q, k, v, out

@@ -23,8 +23,8 @@ import onnx
 import onnxruntime
 from onnx import TensorProto, helper
 
-from .reference import causal_mask, first_seeing_row
-from .threads import budget
+from ..reference import causal_mask, first_seeing_row
+from ..threads import budget
 
 OPSET = 23  # the first opset with the Attention operator
 

@@ -41,11 +41,11 @@ precision by csrc/tile_ops_{avx512,avx2}_{f32,f64}.c), csrc/tile_ops_generic_tem
 """
 import numpy as np
 
-from .api import ExtensionNotBuilt
-from .threads import budget
+from ..api import ExtensionNotBuilt
+from ..threads import budget
 
 try:
-    from ._attention_c import ffi, lib
+    from .._attention_c import ffi, lib
 except ImportError as missing:  # not built, or built for another interpreter
     raise ExtensionNotBuilt(missing) from missing
 

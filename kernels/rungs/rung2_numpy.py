@@ -11,7 +11,7 @@ declared by ``workspace_bytes`` so the API refuses with MemoryError before alloc
 """
 import numpy as np
 
-from .reference import first_seeing_row
+from ..reference import first_seeing_row
 
 
 def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):

@@ -1,0 +1,11 @@
+"""The external peers: other libraries' CPU attention, measured beside the ladder, each
+registered only when its package is installed (``make peers``).
+
+    torch_sdpa.py             PyTorch's scaled_dot_product_attention
+    onnxruntime_attention.py  ONNX Runtime's Attention operator (opset 23)
+    openvino_sdpa.py          OpenVINO's ScaledDotProductAttention (opset 13)
+    jax_attention.py          JAX's dot_product_attention, compiled by XLA
+
+Each has the rungs' ``run(q, k, v, out, causal, scale)``; its registry entry says which
+dtypes it computes at their precision and how it takes the thread budget.
+"""

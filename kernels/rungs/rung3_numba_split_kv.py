@@ -1,0 +1,200 @@
+"""rung 3's decode path, split-KV ("flash decoding"): a few queries per head against a
+long key sequence, compiled by Numba on the project's thread pool.  ``rung3_numba_tiled``
+sends a call here when it has at most SPLIT_KV_MAX_ROWS = 4 queries per head (one new
+token against a KV cache, say).
+
+Decoding (up to SPLIT_KV_MAX_ROWS = 4 queries per head, e.g. one new token against a
+KV cache) takes a split-KV path instead ("flash decoding"): a query tile would pad one
+query to a whole panel, and B tasks could not use the threads.  One loop of tasks runs
+over (head, chunk of SPLIT_KV_CHUNK keys); each task reads its keys and values once
+for all the head's queries and leaves a partial (m, l, acc) per query, which a second
+loop over (head, query) merges.  Time O(B · n_q · n_k · (d + d_v)) with plain
+vectorised dot products (memory-bound); extra memory O(B · n_k / SPLIT_KV_CHUNK ·
+n_q · d_v) partials.  Same NaN/Inf and causal semantics as the tiled path.
+
+Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v), float32
+or float64, C-contiguous, validated by the caller; B is batch and heads flattened.
+"""
+import functools
+
+import numpy as np
+from numba import carray, cfunc, njit
+
+from ..threads import address, parallel_for, threads_for
+from .rung3_numba_simd import INTERNAL, JIT_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2
+
+# A query tile would pad a few queries to a whole panel (24 float32 rows) and leave the
+# threads idle, so up to this many queries per head split the keys instead.
+SPLIT_KV_MAX_ROWS = 4
+SPLIT_KV_CHUNK = 256  # keys per split-KV task
+
+# What a task needs of its call: the arrays' addresses and shapes and the call's
+# constants, filled by run() and read by the compiled tasks.
+CALL = np.dtype([
+    ("q", np.intp), ("k", np.intp), ("v", np.intp), ("out", np.intp),
+    ("stats", np.intp), ("acc", np.intp),
+    ("heads", np.int64), ("n_q", np.int64), ("n_k", np.int64), ("d", np.int64), ("d_v", np.int64),
+    ("n_chunks", np.int64), ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
+])
+
+
+@njit(**INTERNAL)
+def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc):
+    """One split-KV task: every query of one head against the keys j0 <= j < j1.
+
+    q (n_q, d), k (n_k, d), v (n_k, d_v); query i sees keys j < i + 1 + offset.
+    Writes, per query, the chunk's max m and sum l of P = 2**((S - m) · log2_scale)
+    into stats (n_q, 2), and the un-normalised acc (n_q, d_v) = P V.  A query that sees
+    none of the chunk gets m = -inf, l = 0, acc = 0; keys past its limit never enter.
+    Each key and value row is read once, for all queries; the loops over d and d_v
+    are the ones LLVM vectorises.
+    """
+    n_q, d = q.shape
+    d_v = v.shape[1]
+    dtype = q.dtype
+    neg_inf = dtype.type(-np.inf)
+    zero = dtype.type(0.0)
+    # scratch: the scaled queries (q_factor · q) and this chunk's scores, then P
+    scratch = np.empty((n_q, d + SPLIT_KV_CHUNK), dtype)
+    visible = np.empty(n_q, np.int64)
+    for r in range(n_q):
+        visible[r] = min(j1, max(j0, r + 1 + offset)) - j0  # non-decreasing in r
+        for c in range(d):
+            scratch[r, c] = q[r, c] * q_factor
+    keys = visible[n_q - 1]
+    # Key j is seen by the rows first_row[j] ... n_q - 1 (visible is non-decreasing), so
+    # both products loop over exactly those rows.  (A test "j < visible[r]" around the
+    # loop over d kept LLVM from vectorising it: 3x slower.)
+    first_row = np.empty(keys, np.int64)
+    first = 0
+    for j in range(keys):
+        while visible[first] <= j:
+            first += 1
+        first_row[j] = first
+    # S = (q_factor · Q) K_chunkᵀ, only the keys each query sees
+    for j in range(keys):
+        k_row = k[j0 + j]
+        for r in range(first_row[j], n_q):
+            q_row = scratch[r, :d]
+            s = zero
+            for c in range(d):
+                s += q_row[c] * k_row[c]
+            scratch[r, d + j] = s
+    # m = rowmax S (fmax skips a NaN score, which poisons the row through P),
+    # P = 2**((S - m) · log2_scale), l = rowsum P; shift by 0 while m = -inf, as
+    # online_softmax does, so that P = 0 rather than NaN
+    for r in range(n_q):
+        p_row = scratch[r, d : d + visible[r]]
+        m = neg_inf
+        for j in range(visible[r]):
+            m = np.fmax(m, p_row[j])
+        shift = zero if m == neg_inf else m
+        l = zero
+        for j in range(visible[r]):
+            p = exp2((p_row[j] - shift) * log2_scale)
+            p_row[j] = p
+            l += p
+        stats[r, 0] = m
+        stats[r, 1] = l
+        acc[r, :] = 0
+    # acc = P V_chunk, again over the rows that see each key; a key is never skipped
+    # for a zero weight (0 · NaN must give NaN)
+    for j in range(keys):
+        v_row = v[j0 + j]
+        for r in range(first_row[j], n_q):
+            p = scratch[r, d + j]
+            acc_row = acc[r]
+            for c in range(d_v):
+                acc_row[c] += p * v_row[c]
+
+
+@njit(**INTERNAL)
+def merge_chunks(stats, acc, out_row, visible, log2_scale):
+    """out_row (d_v) of one query from the partials of its head's chunks, stats
+    (n_chunks, 2) and acc (n_chunks, d_v) (attend_key_chunk):
+        m = max m_c,  f_c = 2**((m_c - m) · log2_scale),
+        out = (Σ f_c · acc_c) / (Σ f_c · l_c).
+    visible: whether the query sees any key."""
+    dtype = out_row.dtype
+    neg_inf = dtype.type(-np.inf)
+    zero = dtype.type(0.0)
+    n_chunks, d_v = acc.shape
+    m = neg_inf
+    for chunk in range(n_chunks):
+        m = max(m, stats[chunk, 0])  # never NaN: see attend_key_chunk
+    # m = -inf: every chunk's m_c is -inf too and f_c = 0, not exp(-inf + inf) = NaN
+    shift = zero if m == neg_inf else m
+    l = zero
+    out_row[:] = 0
+    for chunk in range(n_chunks):
+        factor = exp2((stats[chunk, 0] - shift) * log2_scale)
+        l += factor * stats[chunk, 1]
+        for c in range(d_v):
+            out_row[c] += factor * acc[chunk, c]
+    # as attend_query_tile: no key seen gives zeros; scores all -inf give l = 0,
+    # so 0 · (1 / 0) = NaN, as the reference does
+    inv_l = 1 / l if visible else zero
+    for c in range(d_v):
+        out_row[c] *= inv_l
+
+
+@njit(inline="always", **JIT_OPTIONS)
+def call_partials(call, real):
+    """The call's split-KV partials: stats (heads, n_chunks, n_q, 2), acc (..., d_v)."""
+    stats = carray(address_as_voidptr(call.stats), (call.heads, call.n_chunks, call.n_q, 2), real)
+    acc = carray(address_as_voidptr(call.acc), (call.heads, call.n_chunks, call.n_q, call.d_v), real)
+    return stats, acc
+
+
+# The two loops' tasks, compiled as C callbacks the pool calls (``call`` points to one
+# CALL record), each for one dtype and only when a call first needs it:
+#     key_chunk_task(dtype)    one (head, chunk of SPLIT_KV_CHUNK keys), its partials
+#                              into stats and acc
+#     merge_task(dtype)        one (head, query) merged from them
+# A task closes over its scalar type only, so that Numba's cache finds it again.
+@functools.cache
+def key_chunk_task(dtype):
+    real = np.dtype(dtype).type
+
+    @cfunc(TASK, **JIT_OPTIONS)
+    def key_chunk(call_address, task, worker):
+        call = carray(call_address, 1, CALL)[0]
+        q, k, v, _ = call_arrays(call, real)
+        stats, acc = call_partials(call, real)
+        head, chunk = task // call.n_chunks, task % call.n_chunks
+        j0 = chunk * SPLIT_KV_CHUNK
+        attend_key_chunk(q[head], k[head], v[head], j0, min(call.n_k, j0 + SPLIT_KV_CHUNK), call.offset,
+                         real(call.q_factor), real(call.log2_scale), stats[head, chunk], acc[head, chunk])
+
+    return key_chunk
+
+
+@functools.cache
+def merge_task(dtype):
+    real = np.dtype(dtype).type
+
+    @cfunc(TASK, **JIT_OPTIONS)
+    def merge(call_address, task, worker):
+        call = carray(call_address, 1, CALL)[0]
+        _, _, _, out = call_arrays(call, real)
+        stats, acc = call_partials(call, real)
+        head, r = task // call.n_q, task % call.n_q
+        merge_chunks(stats[head, :, r], acc[head, :, r], out[head, r], r + 1 + call.offset > 0,
+                     real(call.log2_scale))
+
+    return merge
+
+
+def run(q, k, v, out, offset, q_factor, log2_scale):
+    """out (B, n_q, d_v) from q, k, v as ``rung3_numba_tiled.run`` gets them, with its
+    offset (query i sees keys j < i + 1 + offset), sign of the scale (q_factor) and
+    |scale| · log2(e).  Extra memory: partials of B · n_chunks · n_q · (d_v + 2)."""
+    heads, n_q, d = q.shape
+    n_k, d_v = v.shape[1], v.shape[2]
+    n_chunks = -(-n_k // SPLIT_KV_CHUNK)
+    stats = np.empty((heads, n_chunks, n_q, 2), q.dtype)
+    acc = np.empty((heads, n_chunks, n_q, d_v), q.dtype)
+    call = np.array([(*map(address, (q, k, v, out, stats, acc)), heads, n_q, n_k, d, d_v, n_chunks,
+                      offset, q_factor, log2_scale)], CALL)
+    parallel_for(heads * n_chunks, threads_for(2.0 * heads * n_q * n_k * (d + d_v)), key_chunk_task(q.dtype), call)
+    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(q.dtype), call)
