@@ -21,6 +21,7 @@ import kernels
 CALLER_THREADS = 6
 CALLS_PER_KERNEL = 6  # per thread: the threads take the kernels one after another, together
 CHILD_TIMEOUT = 300  # seconds: a child still running then has hung
+PAIR_WAIT = 1.0  # seconds a kernel's run waits for a second run to start with it
 
 
 def run_child(kernel_names):
@@ -94,12 +95,19 @@ def child(kernel_names, n_threads, calls_per_kernel):
     most_in_flight = dict.fromkeys(kernel_names, 0)
     counts = {"calls": 0, "budget_changes": 0}
 
+    arrived = threading.Condition(lock)
+
     def counted(name, run):
-        """``run`` (a rung's), counting how many of the kernel's runs are under way at once."""
+        """``run`` (a rung's), counting how many of the kernel's runs are under way at once.
+        A run that finds itself alone waits (up to PAIR_WAIT) for a second one to arrive,
+        so that two runs start together: on a loaded machine the barrier alone let a fast
+        kernel's calls go one after another, and then nothing was tested."""
         def counted_run(*args):
-            with lock:
+            with arrived:
                 in_flight[name] += 1
                 most_in_flight[name] = max(most_in_flight[name], in_flight[name])
+                arrived.notify_all()
+                arrived.wait_for(lambda: in_flight[name] >= 2, timeout=PAIR_WAIT)
             try:
                 return run(*args)
             finally:
