@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import dtypes
 from .memory import available_bytes, format_bytes
 from .registry import KERNELS, get_kernel
 
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 SMALL_ALLOCATION = 64 * 2**20  # bytes; below this a failed allocation is NumPy's own MemoryError
 
 
@@ -84,8 +84,7 @@ def validate(q, k, v, causal=False, scale=None):
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name} must be a NumPy array, got {type(array).__name__}")
     for name, array in arrays.items():
-        if array.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{name} has dtype {array.dtype}; attention takes float32 or float64")
+        dtypes.require(array.dtype, name, "attention")
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     for name, array in arrays.items():

@@ -12,13 +12,14 @@ whatever grid the results hold, so it does not look at ``QUICK``.
 import os
 from dataclasses import dataclass
 
+from .dtypes import FLOATS, NAMES as FLOAT_NAMES
 from .registry import PEER_NAMES
 
 QUICK = os.environ.get("ATTNBENCH_QUICK") == "1"
 
 HEAD_DIM = 64                        # d (and d_v) in every benchmark
-DTYPES = ("float32", "float64")
-ITEMSIZE = {"float32": 4, "float64": 8}
+DTYPES = FLOAT_NAMES
+ITEMSIZE = {row.name: row.itemsize for row in FLOATS.values()}
 PEER = "torch_sdpa"                  # the peer the multi-head, model and decode sections compare with
 TILED = ("numba_tiled", "c_tiled")   # the rungs timed side by side against baselines
 
@@ -157,4 +158,4 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
               BLAS_THREADS, SGEMM_UNFORCED)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
-GEMM = {"float32": ("sgemm", SGEMM), "float64": ("dgemm", DGEMM)}
+GEMM = {name: (FLOATS[name].gemm, benchmark) for name, benchmark in (("float32", SGEMM), ("float64", DGEMM))}

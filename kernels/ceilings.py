@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from . import threads
+from . import dtypes, threads
 
 # What an ISA's timed call lasts: long against the clock and a helper's wake-up (< 0.1 ms),
 # short enough to take several samples in a second
@@ -206,10 +206,10 @@ def _extension():
 
 def _bits(dtype):
     """32 or 64, the bits of a float32 or float64 ``dtype``; TypeError for any other."""
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise TypeError(f"the ceilings are measured for float32 and float64, not {dtype}")
-    return dtype.itemsize * 8
+    name = np.dtype(dtype).name
+    if name not in dtypes.FLOATS:
+        raise TypeError(f"the ceilings are measured for {dtypes.TAKEN}, not {name}")
+    return dtypes.FLOATS[name].itemsize * 8
 
 
 def _threads(requested):

@@ -9,11 +9,12 @@ max|v| bounds |out| (each output row is a convex combination of value rows), so
 this is a relative error that does not blow up where the output is near zero.
 NaN must appear exactly where the reference has NaN; equal infinities count as exact.
 
-Budgets, from the dtype:
-  float64: 1e-10, about 10^6 roundings of float64's 1.1e-16 (n_k-term sums, exp).
-  float32: the largest of three terms, u = 2^-24 being float32's unit roundoff:
-    - twice the error of a plain float32 NumPy computation of the same case (the
-      reference evaluated in float32): no worse than the obvious float32 program;
+Budgets, from the dtype's row of ``kernels.dtypes``:
+  float64 (the reference's own type): 1e-10, about 10^6 roundings of float64's 1.1e-16
+  (n_k-term sums, exp).
+  float32 (any other type): the largest of three terms, u being its unit roundoff (2^-24):
+    - twice the error of a plain NumPy computation of the same case (the reference
+      evaluated in the row's ``plain`` type): no worse than the obvious float32 program;
     - 8 u ≈ 4.8e-7, so that cases the plain path happens to get exactly (n = 1) do not
       demand better than rounding the result;
     - 2 u · max_ij |scale| Σ_c |q_ic| |k_jc|: what rounding every score once costs.  A
@@ -33,13 +34,13 @@ from typing import Optional
 import numpy as np
 
 from .api import attention
+from .dtypes import FLOATS, float_type
 from .reference import reference_attention
 from .registry import KERNELS
 
-DTYPES = (np.float32, np.float64)
-FLOAT64_BUDGET = 1e-10
-FLOAT32_UNIT_ROUNDOFF = 2.0**-24
-FLOAT32_FLOOR = 8 * FLOAT32_UNIT_ROUNDOFF
+DTYPES = tuple(row.dtype.type for row in FLOATS.values())
+REFERENCE_BUDGET = 1e-10   # a kernel computing in the reference's own precision (float64)
+FLOOR_ROUNDINGS = 8        # the budget's floor, in unit roundoffs of the kernel's type
 
 
 @dataclass(frozen=True)
@@ -165,18 +166,26 @@ def _compare(out, ref, v, budget):
 
 
 def error_budget(case, dtype, inputs, ref):
-    """The tolerance of ``case`` at ``dtype``; see the module docstring for why."""
-    if np.dtype(dtype) == np.float64:
-        return FLOAT64_BUDGET
+    """The tolerance of ``case`` at ``dtype``; see the module docstring for why.  Each
+    term comes from the dtype table's row: its unit roundoff u and the type its plain
+    NumPy counterpart computes in."""
+    row = float_type(dtype)
+    if row.is_reference:
+        return REFERENCE_BUDGET
     q, k, v = inputs
-    plain = reference_attention(q, k, v, causal=case.causal, compute_dtype=np.float32)
+    plain = reference_attention(q, k, v, causal=case.causal, compute_dtype=row.plain.type)
     plain_error = compare(plain, ref, v, np.inf).error
     # magnitude sums of the finite parts (a NaN or Inf input is judged by where NaN lands),
     # times the default scale 1/√d that check() runs every case with
     q_abs, k_abs = (np.abs(np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0))
                     for a in (q, k))
     magnitude = (q_abs @ np.swapaxes(k_abs, -1, -2)).max(initial=0.0) / np.sqrt(q.shape[-1])
-    return max(2 * plain_error, FLOAT32_FLOOR, 2 * FLOAT32_UNIT_ROUNDOFF * magnitude)
+    return max(2 * plain_error, budget_floor(dtype), 2 * row.unit_roundoff * magnitude)
+
+
+def budget_floor(dtype):
+    """The least budget of a type other than the reference's: FLOOR_ROUNDINGS roundings."""
+    return FLOOR_ROUNDINGS * float_type(dtype).unit_roundoff
 
 
 @dataclass(frozen=True)

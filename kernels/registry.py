@@ -24,6 +24,8 @@ from typing import Optional
 
 import numpy as np
 
+from . import dtypes as float_types
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -35,7 +37,7 @@ class Kernel:
     max_scores: Optional[int] = None  # cap on batch * n_q * n_k (the naive loops)
     contiguous: bool = True           # needs C-contiguous inputs (copies otherwise)
     external: bool = False            # a peer baseline, not one of our rungs
-    dtypes: tuple = ("float32", "float64")  # computed at their own precision
+    dtypes: tuple = float_types.NAMES  # computed at their own precision
     dtype_note: str = ""              # why any other dtype is refused
     threading: str = "the budget"     # how the thread budget reaches it
     honours_budget: bool = True       # False: it sizes its own threads, whatever the budget

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from kernels import harness
+from kernels.dtypes import FLOATS
 from kernels.reference import reference_attention
 
-U = harness.FLOAT32_UNIT_ROUNDOFF
+U = FLOATS["float32"].unit_roundoff
 
 
 @pytest.mark.parametrize("dtype", harness.DTYPES, ids=lambda d: np.dtype(d).name)

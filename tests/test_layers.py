@@ -42,8 +42,8 @@ def budget(dtype, plain_error):
     """The harness's rule: 1e-10 in float64; in float32 twice the error of the same
     computation done plainly in float32, and never below 8 u."""
     if dtype == np.float64:
-        return harness.FLOAT64_BUDGET
-    return max(2 * plain_error, harness.FLOAT32_FLOOR)
+        return harness.REFERENCE_BUDGET
+    return max(2 * plain_error, harness.budget_floor(np.float32))
 
 
 def relative_error(out, ref):

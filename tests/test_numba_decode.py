@@ -7,6 +7,7 @@ import pytest
 
 import kernels
 from kernels import harness
+from kernels.dtypes import FLOATS
 from kernels.rungs import rung3_numba_split_kv as split_kv
 from kernels.reference import reference_attention
 from kernels.threads import thread_budget
@@ -58,11 +59,11 @@ def test_split_kv_matches_reference(case, dtype, threads):
 def _budget_at_scale(dtype, q, k, v, causal, scale, ref):
     """harness.error_budget's rule, for a scale other than the 1/√d it assumes."""
     if np.dtype(dtype) == np.float64:
-        return harness.FLOAT64_BUDGET
+        return harness.REFERENCE_BUDGET
     plain = reference_attention(q, k, v, causal=causal, scale=scale, compute_dtype=np.float32)
     magnitude = (np.abs(q.astype(np.float64)) @ np.abs(np.swapaxes(k.astype(np.float64), -1, -2))).max()
-    return max(2 * harness.compare(plain, ref, v, np.inf).error, harness.FLOAT32_FLOOR,
-               2 * harness.FLOAT32_UNIT_ROUNDOFF * abs(scale) * magnitude)
+    return max(2 * harness.compare(plain, ref, v, np.inf).error, harness.budget_floor(np.float32),
+               2 * FLOATS['float32'].unit_roundoff * abs(scale) * magnitude)
 
 
 @pytest.mark.parametrize("scale", (0.0, -1.0, 0.3))

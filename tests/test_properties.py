@@ -26,10 +26,11 @@ from hypothesis import strategies as st
 
 import kernels
 from kernels import harness
+from kernels.dtypes import FLOATS
 from kernels.reference import first_seeing_row, reference_attention
 from test_layers import mha_reference
 
-UNIT_ROUNDOFF = {np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
+UNIT_ROUNDOFF = {row.dtype: row.unit_roundoff for row in FLOATS.values()}
 OWN_KERNELS = [name for name, record in kernels.KERNELS.items() if not record.external]
 # without a peer installed, one parameter that skips saying so (an empty list would skip
 # with pytest's "got empty parameter set")
@@ -207,11 +208,11 @@ def error_budget(q, k, v, ref, causal, scale):
     dtype = q.dtype
     magnitude_term = UNIT_ROUNDOFF[dtype] * logit_bound(q, k, scale)
     if dtype == np.float64:
-        return max(harness.FLOAT64_BUDGET, 4 * magnitude_term)
+        return max(harness.REFERENCE_BUDGET, 4 * magnitude_term)
     plain = reference_attention(q, k, v, causal=causal, scale=scale, compute_dtype=np.float32)
     plain_error = harness.compare(plain, ref, v, np.inf).error
     assert math.isfinite(plain_error), "plain float32 puts NaN elsewhere than the reference: ill-conditioned example"
-    return max(2 * plain_error, harness.FLOAT32_FLOOR, 2 * magnitude_term)
+    return max(2 * plain_error, harness.budget_floor(np.float32), 2 * magnitude_term)
 
 
 def assert_convex_rows(out, ref, v, causal):
@@ -334,11 +335,11 @@ def multi_head_budget(call, ref, output_scale):
     bound = max(logit_bound(q[..., c], k[..., c], None) for c in columns)
     u = UNIT_ROUNDOFF[call.x.dtype]
     if call.x.dtype == np.float64:
-        return max(harness.FLOAT64_BUDGET, 4 * u * bound)
+        return max(harness.REFERENCE_BUDGET, 4 * u * bound)
     plain = mha_reference(call.x, *call.weights, call.heads, call.causal, call.bias, compute_dtype=np.float32)
     plain_error = harness.compare(plain, ref, output_scale, np.inf).error
     assert math.isfinite(plain_error), "plain float32 puts NaN elsewhere than the reference: ill-conditioned example"
-    return max(2 * plain_error, harness.FLOAT32_FLOOR, 2 * u * bound)
+    return max(2 * plain_error, harness.budget_floor(np.float32), 2 * u * bound)
 
 
 def check_multi_head_call(name, call):

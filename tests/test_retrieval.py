@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from kernels.harness import FLOAT64_BUDGET
+from kernels.harness import REFERENCE_BUDGET
 from kernels.layers import retrieval
 from kernels.layers.retrieval import AGREEMENT_LEVEL, LOADED_BELOW, retrieval_cost, soft_vs_hard
 from kernels.spread import Measured
@@ -118,7 +118,7 @@ def test_kernel_outputs_are_the_weights(kernel):
     by_weights, by_kernel = small_experiment(**settings), small_experiment(kernel=kernel, **settings)
     error = np.abs(by_kernel.error_to_nearest - by_weights.error_to_nearest).max()
     print(f"{kernel}: max difference in mean error to nearest {error:.2e}")
-    assert error <= FLOAT64_BUDGET
+    assert error <= REFERENCE_BUDGET
     np.testing.assert_array_equal(by_kernel.soft_accuracy, by_weights.soft_accuracy)
     np.testing.assert_array_equal(by_kernel.agreement, by_weights.agreement)
 

@@ -20,7 +20,8 @@ import numbers
 
 import numpy as np
 
-from ..api import FLOAT_DTYPES, attention, require_memory
+from .. import dtypes
+from ..api import attention, require_memory
 from ..memory import format_bytes
 
 INITIAL_CAPACITY = 256  # tokens, when no capacity is given
@@ -40,9 +41,7 @@ class KVCache:
                             ("capacity", capacity)):
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.dtype = np.dtype(dtype)
-        if self.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"dtype must be float32 or float64, got {self.dtype}")
+        self.dtype = dtypes.float_type(dtype).dtype
         self.heads, self.head_dim, self.head_dim_v = int(heads), int(head_dim), int(head_dim_v)
         self._length = 0
         self._keys, self._values = self._allocate(int(capacity))

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..api import FLOAT_DTYPES, validate
+from .. import dtypes
+from ..api import validate
 from .similarity import ROW_BLOCK_BYTES, similarity_inputs, weight_blocks
 
 ANOMALY_FACTOR = 4.0  # a key is anomalous when it receives 4x its even share, or more
@@ -136,8 +137,7 @@ def _row_blocks(weights):
 def _check_weights(weights):
     if not isinstance(weights, np.ndarray):
         raise TypeError(f"weights must be a NumPy array, got {type(weights).__name__}")
-    if weights.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"weights have dtype {weights.dtype}; expected float32 or float64")
+    dtypes.require(weights.dtype, "weights", "attention analysis")
     if weights.ndim < 2 or 0 in weights.shape[-2:]:
         raise ValueError(f"weights must have shape (..., n_q, n_k) with n_q, n_k >= 1, got {weights.shape}")
     lowest = np.fmin.reduce(weights, axis=None)  # NaN ignored; no copy of the weights

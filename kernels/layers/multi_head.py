@@ -22,7 +22,8 @@ import numbers
 
 import numpy as np
 
-from ..api import FLOAT_DTYPES, attention, check_resources, planned
+from .. import dtypes
+from ..api import attention, check_resources, planned
 from ..registry import get_kernel
 
 _PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
@@ -101,8 +102,7 @@ def _check_memory(x, heads, kernel, causal):
 def _check(x, weights, heads, biases, head_mask):
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a NumPy array, got {type(x).__name__}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; multi-head attention takes float32 or float64")
+    dtypes.require(x.dtype, "x", "multi-head attention")
     if x.ndim < 2:
         raise ValueError(f"x must have at least 2 dimensions (..., n, d_model), got shape {x.shape}")
     d_model = x.shape[-1]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..api import FLOAT_DTYPES
+from .. import dtypes
 from ..layers.multi_head import multi_head_attention, multi_head_projections
 from ..layers.similarity import attention_weights
 
@@ -95,9 +95,7 @@ def model_folder():
 @functools.lru_cache(maxsize=2)
 def load(dtype=np.float32):
     """The model's weights in ``dtype`` (float32 as trained, or float64) and its tokenizer."""
-    dtype = np.dtype(dtype)
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+    dtype = dtypes.float_type(dtype).dtype
     folder = model_folder()
     try:
         from safetensors.numpy import load_file

@@ -39,9 +39,8 @@ csrc/tile_ops_simd_template.h (the SIMD micro-kernels, instantiated per ISA and
 precision by csrc/tile_ops_{avx512,avx2}_{f32,f64}.c), csrc/tile_ops_generic_template.h
 (the portable path); built by csrc/build_attention.py.
 """
-import numpy as np
-
 from ..api import ExtensionNotBuilt
+from ..dtypes import FLOATS
 from ..threads import budget
 
 try:
@@ -51,10 +50,8 @@ except ImportError as missing:  # not built, or built for another interpreter
 
 _ISA_NAMES = ("auto", "avx512", "avx2", "generic")
 
-_FORWARD = {
-    np.dtype(np.float32): (lib.attn_forward_f32, "float *"),
-    np.dtype(np.float64): (lib.attn_forward_f64, "double *"),
-}
+# dtype -> (the C entry point, its element pointer type), from the dtype table
+_FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer) for row in FLOATS.values()}
 
 
 def run(q, k, v, out, causal, scale):
