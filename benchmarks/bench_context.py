@@ -80,7 +80,7 @@ class InContext(ThreadBudget):
         if context == "busy_process":
             self.busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
             os.kill(self.busy.pid, signal.SIGSTOP)
-        with kernels.threads.thread_budget(1):
+        with kernels.threads.using_budget(1):
             self.call()  # warm-up on one thread too: a peer resizes its pool on a change
         self.call(), self.matmul()  # warm-up: compilation, sessions, pages
 
@@ -117,7 +117,7 @@ class InContext(ThreadBudget):
             if baseline == "alone":
                 reference = self._block(calls)
             else:
-                with kernels.threads.thread_budget(1):
+                with kernels.threads.using_budget(1):
                     reference = self._block(calls)
             if context == "busy_process":
                 os.kill(self.busy.pid, signal.SIGCONT)

@@ -97,7 +97,7 @@ static const struct isa_path {
     const struct tile_ops_f64 *f64;
 } isa_paths[] = {
     {"avx512", cpu_has_avx512, &tile_ops_avx512_f32, &tile_ops_avx512_f64},
-    {"avx2", cpu_has_avx2_fma, &tile_ops_avx2_f32, &tile_ops_avx2_f64},
+    {"avx2-fma", cpu_has_avx2_fma, &tile_ops_avx2_f32, &tile_ops_avx2_f64},
     {"generic", cpu_has_any, &tile_ops_generic_f32, &tile_ops_generic_f64},
 };
 

@@ -215,7 +215,7 @@ def _bits(dtype):
 def _threads(requested):
     """``requested`` threads (None: the budget) as an int in [1, budget]; ValueError
     otherwise: a measurement runs on the budget as every kernel does, and a larger one
-    is asked for by raising it (``kernels.threads.thread_budget(n)``)."""
+    is asked for by raising it (``kernels.threads.using_budget(n)``)."""
     allowed = threads.budget()
     if requested is None:
         return allowed
@@ -223,7 +223,7 @@ def _threads(requested):
         raise ValueError(f"threads={requested!r}: a thread count is a whole number >= 1")
     if requested > allowed:
         raise ValueError(f"threads={requested} is beyond the thread budget of {allowed}; "
-                         f"raise the budget first (kernels.threads.thread_budget({requested}))")
+                         f"raise the budget first (kernels.threads.using_budget({requested}))")
     return int(requested)
 
 

@@ -96,8 +96,9 @@ def set_budget(n_threads):
 
 
 @contextlib.contextmanager
-def thread_budget(n_threads):
-    """Context manager: run the body under a budget of ``n_threads``."""
+def using_budget(n_threads):
+    """Context manager: run the body under a budget of ``n_threads``, then restore the one
+    before (``kernels.thread_budget()`` reads the budget, ``set_thread_budget`` sets it)."""
     previous = set_budget(n_threads)
     try:
         yield n_threads

@@ -69,7 +69,7 @@ def own_kernel_name(request):
     return request.param
 
 
-@pytest.fixture(params=["avx512", "avx2", "generic"])
+@pytest.fixture(params=["avx512", "avx2-fma", "generic"])
 def isa(request):
     """Each SIMD path of c_tiled this CPU has, selected for the test (skips the others)."""
     from kernels.rungs import rung4_c_tiled as c_tiled

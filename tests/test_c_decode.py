@@ -15,13 +15,13 @@ from kernels import harness
 from kernels.rungs import rung4_c_tiled as c_tiled
 from kernels.harness import Case
 from kernels.reference import reference_attention
-from kernels.threads import thread_budget
+from kernels.threads import using_budget
 
 HEADS = (3,)
 
 
 def assert_passes(case, dtype, n_threads):
-    with thread_budget(n_threads):
+    with using_budget(n_threads):
         outcome = harness.check("c_tiled", case, dtype)
     comparison = outcome.comparison
     print(f"{case.label} {outcome.dtype} threads={n_threads}: error {comparison.error:.2e} "
@@ -93,7 +93,7 @@ def test_rows_that_see_no_key_are_zero(isa, n_q, n_k, dtype, n_threads):
     assert_passes(case, dtype, n_threads)
     q, k, v = case.inputs(dtype)
     out = np.full((*HEADS, n_q, 8), np.nan, dtype)
-    with thread_budget(n_threads):
+    with using_budget(n_threads):
         c_tiled.run(q, k, v, out, True, 1 / np.sqrt(8))
     assert (out[:, :n_q - n_k] == 0).all()
 
@@ -108,7 +108,7 @@ def test_all_minus_inf_scores_give_nan_as_the_reference(isa, dtype):
     k = np.ones((1, n_k, 4), dtype)
     v = np.ones((1, n_k, 4), dtype)
     out = np.empty((1, 1, 4), dtype)
-    with thread_budget(2):
+    with using_budget(2):
         c_tiled.run(q, k, v, out, False, 0.5)
     assert np.isnan(out).all()
 

@@ -57,7 +57,7 @@ def test_fma_peak_samples(dtype):
 
 
 def test_threads_beyond_the_budget_are_refused():
-    with threads.thread_budget(1):
+    with threads.using_budget(1):
         with pytest.raises(ValueError, match="beyond the thread budget of 1"):
             ceilings.fma_peak_gflops(np.float32, 2)
         for wrong in (0, -1, 1.5, True):

@@ -45,9 +45,9 @@ def test_one_thread_and_all_threads_agree(kernel_name):
     if not kernels.KERNELS[kernel_name].fits(case.batch, case.n_q, case.n_k):
         case = harness.Case("threads small", (2,), 40, 50, 16, 16, causal=True)
     for dtype in harness.DTYPES:
-        with kernels.threads.thread_budget(1):
+        with kernels.threads.using_budget(1):
             single = harness.check(kernel_name, case, dtype)
-        with kernels.threads.thread_budget(kernels.threads.available_cpus()):
+        with kernels.threads.using_budget(kernels.threads.available_cpus()):
             every = harness.check(kernel_name, case, dtype)
         _assert_outcome(single)
         _assert_outcome(every)

@@ -10,7 +10,7 @@ from kernels import harness
 from kernels.dtypes import FLOATS
 from kernels.rungs import rung3_numba_split_kv as split_kv
 from kernels.reference import reference_attention
-from kernels.threads import thread_budget
+from kernels.threads import using_budget
 
 KERNEL = "numba_tiled"
 DTYPE_IDS = [np.dtype(d).name for d in harness.DTYPES]
@@ -51,7 +51,7 @@ def test_the_cases_take_the_split_path():
 @pytest.mark.parametrize("dtype", harness.DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=[case.label for case in CASES])
 def test_split_kv_matches_reference(case, dtype, threads):
-    with thread_budget(threads):
+    with using_budget(threads):
         outcome = harness.check(KERNEL, case, dtype)
     _assert_ok(outcome.comparison, f"{case.label} {outcome.dtype} {threads} threads")
 

@@ -69,7 +69,7 @@ def test_helpers_never_outnumber_the_largest_budget_in_a_fresh_process():
         "before = tasks()\n"
         "q = np.random.default_rng(0).standard_normal((8, 600, 32))\n"
         "for budget in (1, 2, 1, 2):\n"
-        "    with threads.thread_budget(budget):\n"
+        "    with threads.using_budget(budget):\n"
         "        for kernel in ('c_tiled', 'numba_tiled'):\n"
         "            kernels.attention(q, q, q, kernel=kernel)\n"
         "print(threads.helpers_started(), tasks() - before)\n"
@@ -99,7 +99,7 @@ CASES = [harness.Case("one head n=64", (1,), 64, 64, 64, 64),
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.label)
 @pytest.mark.parametrize("kernel", TILED)
 def test_a_call_between_matmuls_is_correct(kernel, case):
-    with threads.thread_budget(2):
+    with threads.using_budget(2):
         for dtype in harness.DTYPES:
             spin_matmul()
             outcome = harness.check(kernel, case, dtype)
@@ -119,7 +119,7 @@ def busy_process():
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.label)
 @pytest.mark.parametrize("kernel", TILED)
 def test_a_call_beside_a_busy_process_is_correct(kernel, case, busy_process):
-    with threads.thread_budget(2):
+    with threads.using_budget(2):
         for dtype in harness.DTYPES:
             outcome = harness.check(kernel, case, dtype)
             assert outcome.status == "ok", f"{kernel} {case.label} {outcome.dtype}: {outcome.comparison}"

@@ -64,12 +64,12 @@ def test_set_budget_refuses_anything_but_a_whole_number_from_1(value):
 
 def test_a_budget_above_the_cpu_count_is_allowed_and_described(monkeypatch):
     monkeypatch.setattr(threads, "available_cpus", lambda: 2)
-    with threads.thread_budget(8):
+    with threads.using_budget(8):
         assert threads.budget() == 8
         assert threads.oversubscribed()
         assert threads.describe() == "8 threads, oversubscribed: 2 CPUs"
-    with threads.thread_budget(1):
+    with threads.using_budget(1):
         assert not threads.oversubscribed()
         assert threads.describe() == "1 thread"
-    with threads.thread_budget("2"):
+    with threads.using_budget("2"):
         assert threads.describe() == "2 threads"

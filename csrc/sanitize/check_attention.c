@@ -33,7 +33,7 @@
 #include "cases.h"           /* struct shape, KERNEL_EDGES; tiles.h */
 #include "harness_cases.h"   /* HARNESS_CASES: generated from kernels.harness.CASES */
 
-static const char *const ISAS[] = {"generic", "avx2", "avx512"};
+static const char *const ISAS[] = {"generic", "avx2-fma", "avx512"};
 #define N_ISAS (int)(sizeof ISAS / sizeof ISAS[0])
 
 /* Only to label the summary, as pool.c's POOL_MIN_FLOPS: whether a call is big enough to

@@ -48,7 +48,8 @@ try:
 except ImportError as missing:  # not built, or built for another interpreter
     raise ExtensionNotBuilt(missing) from missing
 
-_ISA_NAMES = ("auto", "avx512", "avx2", "generic")
+# the names isa() reports, and "auto"
+_ISA_NAMES = ("auto", "avx512", "avx2-fma", "generic")
 
 # dtype -> (the C entry point, its element pointer type), from the dtype table
 _FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer) for row in FLOATS.values()}
@@ -80,8 +81,8 @@ def isa():
 
 
 def use_isa(name):
-    """Select the SIMD path: "auto" (the best the CPU has: AVX-512, then AVX2+FMA, then
-    generic), "avx512", "avx2" or "generic"."""
+    """Select the SIMD path by the name ``isa()`` reports: "auto" (the best the CPU has:
+    AVX-512, then AVX2+FMA, then generic), "avx512", "avx2-fma" or "generic"."""
     if name not in _ISA_NAMES:
         raise ValueError(f"unknown ISA {name!r}; expected one of {', '.join(_ISA_NAMES)}")
     if lib.attn_select_isa(name.encode()) != 0:
