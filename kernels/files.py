@@ -10,8 +10,8 @@ reader, or a run interrupted half-way, never sees half a file or half a folder.
                                 removed on failure (target left as it was)
 
 The report (REPORT.md, its CSVs and PNGs) and ``kernels.viz`` write every file through
-``write_whole``; the command line (``kernels.cli``) writes each command's outputs into a
-``staged`` folder.
+``write_whole`` (figures and tables by way of ``kernels.output``); the command line
+(``kernels.cli``) writes each command's outputs into a ``staged`` folder.
 """
 import contextlib
 import os

@@ -10,7 +10,7 @@ import pytest
 import kernels.api
 from kernels import analyse_attention, attention_entropy, cli
 from kernels.layers.retrieval import LOADED_BELOW, retrieval_cost, soft_vs_hard
-from kernels.viz import explain
+from kernels.viz import examples, explain
 
 # The source text's 4-token test (its code example, §11.1.7): X = [[1, 0], [0, 1], [1, 1], [0.5, 0.5]] (The, cat, sat, mat) and
 # W_Q = W_K = W_V = I, so Q = K = V = X and the scores are X Xᵀ / √2:
@@ -90,7 +90,7 @@ def test_the_hand_values_are_the_source_text_s_numbers():
 
 
 def test_four_token_example_matches_the_hand_arithmetic(own_kernel_name):
-    example = explain.four_token_example(own_kernel_name)
+    example = examples.four_token_example(own_kernel_name)
     assert example.tokens == ("The", "cat", "sat", "mat")
     np.testing.assert_allclose(example.weights, HAND_WEIGHTS, rtol=0, atol=TOLERANCE)
     np.testing.assert_allclose(example.outputs, HAND_OUTPUTS, rtol=0, atol=TOLERANCE)
@@ -134,9 +134,9 @@ def test_page_numbers_heads_from_0_as_head_mask_does(page):
     table = {int(line.split("|")[1]): line.split("|")[3].strip() for line in heads.splitlines()
              if re.match(r"\| \d+ \|", line)}
     assert table[int(masked[1])] == f"{masked[2]}%"  # the text's head is the table's row
-    entropy = attention_entropy(explain.heads_example().weights)
+    entropy = attention_entropy(examples.heads_example().weights)
     h, row = np.unravel_index(entropy.argmin(), entropy.shape)
-    assert f'the most focused row is "{explain.SENTENCE[row]}" in head {h} (' in " ".join(section(page, 5).split())
+    assert f'the most focused row is "{examples.SENTENCE[row]}" in head {h} (' in " ".join(section(page, 5).split())
 
 
 def test_page_stands_on_its_own(page):
@@ -153,7 +153,7 @@ def test_page_stands_on_its_own(page):
 
 def test_sentence_example_sat_attends_to_cat_most():
     # exercise 2, and what the page says: the constructed weights make "sat" look at its subject
-    example = explain.sentence_example()
+    example = examples.sentence_example()
     sat, cat, mat = (example.tokens.index(t) for t in ("sat", "cat", "mat"))
     row = example.weights[sat]
     assert row.argmax() == cat
@@ -161,8 +161,8 @@ def test_sentence_example_sat_attends_to_cat_most():
 
 
 def test_sink_example_trips_the_anomaly_rule_and_only_there():
-    assert np.flatnonzero(analyse_attention(explain.sink_example().weights).anomalous).tolist() == [0]
-    assert not analyse_attention(explain.sentence_example().weights).anomalous.any()
+    assert np.flatnonzero(analyse_attention(examples.sink_example().weights).anomalous).tolist() == [0]
+    assert not analyse_attention(examples.sentence_example().weights).anomalous.any()
 
 
 def test_unknown_kernel_exits_2_and_names_the_known_ones(tmp_path, capsys):

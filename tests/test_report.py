@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from kernels import KERNELS, bench_spec, costs
+from kernels import KERNELS, bench_spec, costs, fits
 from kernels.files import write_text, write_whole
 from kernels.memory import format_bytes
-from kernels.report import fits, gaps, overview, results, write_report
+from kernels.report import gaps, overview, results, write_report
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
 NEWEST_COMMIT = "c0ffee1234567890abcdef1234567890abcdef12"

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from kernels import calibration
+from kernels.output import interval, ratio, text
 from kernels.report.goals import WITHIN_NOISE, Goal
-from kernels.report.tables import interval, ratio, text
 from kernels.report.trust import agree
 from kernels.spread import Measured, asv_samples, measured, quotient
 

@@ -66,7 +66,7 @@ def drawn_texts(monkeypatch):
     figure, instead of writing them."""
     texts = []
 
-    def capture(fig, path, caption):
+    def capture(fig, path, *, caption):
         found = [fig._suptitle.get_text()] if fig._suptitle else []
         for ax in fig.axes:
             found += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
@@ -76,7 +76,7 @@ def drawn_texts(monkeypatch):
         figures.pyplot().close(fig)
         return path
 
-    monkeypatch.setattr(figures, "save_figure", capture)
+    monkeypatch.setattr(figures, "save_png", capture)
     return texts
 
 

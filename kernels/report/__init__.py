@@ -12,19 +12,23 @@ and an empty cell in the CSVs.  A new section is one new module and one line bel
 run also carries the runs kept in ``out_dir/machines/`` (``machines.keep_machine``, which
 ``make bench`` calls on each machine), which the Machines section lays beside it.
 
-    results.py   the asv results reader        tables.py    tables and cell formats
-    fits.py      power-law fits against n      plots.py     what every plot shares
+    results.py   the asv results reader        plots.py     what every plot shares
     document.py  Section and Plot              one module per section, in SECTIONS' order
+
+Tables, cell formats and saving a figure are the core's (``kernels.output``), as are the
+power-law fits (``kernels.fits``).
 """
 import pathlib
 
-from ..files import write_text, write_whole
+from ..files import write_text
+from ..output import Table
 from . import (decode, gaps, goals, in_context, machines, memory_wall, model, multi_head, overview, peers,
                roofline, seq_len, side_by_side, startup, thread_scaling, trust)
 from .document import Plot
 from .machines import keep_machine, with_kept_runs
 from .results import load_latest_run
-from .tables import Table
+
+__all__ = ["SECTIONS", "keep_machine", "write_report"]
 
 TITLE = "# Self-attention on the CPU: scaling report"
 SECTIONS = (
@@ -77,7 +81,7 @@ def write_report(results_dir=".asv/results", out_dir="reports"):
                 paragraphs.append(warning)
         for block in section.blocks:
             if isinstance(block, Plot):
-                write_whole(out_dir / block.file, block.draw)
+                block.draw(out_dir / block.file)
             if isinstance(block, (Plot, Table)):
                 paragraphs.append(block.markdown())
             else:

@@ -3,7 +3,7 @@ count (``Ceilings``), NumPy's BLAS, named (``Blas``), its gemm, and the bandwidt
 import math
 
 from .. import bench_spec as spec
-from .tables import fmt_number, missing, text
+from ..output import fmt_number, missing, text
 
 
 def every_thread_count(run):

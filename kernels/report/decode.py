@@ -5,11 +5,11 @@ the prefix costs O(n²·d) per token.  Summed over n generated tokens: O(n²) ag
 import math
 
 from .. import bench_spec as spec
+from ..fits import FIT_MIN_N, fit_power_law
 from ..memory import format_bytes
+from ..output import Column, Table, fmt_exponent, fmt_percent, fmt_seconds, missing, pyplot, ratio, save_png
 from . import plots
 from .document import Plot, Section
-from .fits import FIT_MIN_N, fit_power_law
-from .tables import Column, Table, fmt_exponent, fmt_percent, fmt_seconds, missing, ratio
 
 SHAPE = f"{spec.HEADS} heads, d = {spec.HEAD_DIM}, {spec.DECODE_DTYPE}"
 
@@ -89,10 +89,8 @@ def decode(run):
 def plot_decode(run, fits, path):
     """decode_vs_n.png: seconds per token against n, log-log, cached (solid) and recomputed
     (dotted) per kernel, with the fitted exponents."""
-    pyplot = plots.pyplot()
-    fig, ax = pyplot.subplots(figsize=(9, 6))
-    fig.suptitle(f"Time per generated token vs prefix length ({SHAPE})\n" + plots.machine_caption(run),
-                 fontsize=10)
+    fig, ax = pyplot().subplots(figsize=(9, 6))
+    fig.suptitle(f"Time per generated token vs prefix length ({SHAPE})", fontsize=10)
     styles = plots.kernel_styles(run)
     drawn = []
     for kernel, (cached_fit, recomputed_fit) in fits.items():
@@ -118,5 +116,4 @@ def plot_decode(run, fits, path):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot.close(fig)
+    save_png(fig, path, caption=plots.machine_caption(run))

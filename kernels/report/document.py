@@ -5,8 +5,8 @@ from typing import Callable, Optional
 
 @dataclass(frozen=True)
 class Plot:
-    """A PNG beside REPORT.md: ``draw(path)`` writes it to ``path`` (a partial file that
-    ``write_report`` then renames onto ``file``), REPORT.md links it as ``file``."""
+    """A PNG beside REPORT.md: ``draw(path)`` writes it to ``path`` (``out_dir / file``,
+    whole, through ``kernels.output.save_png``), REPORT.md links it as ``file``."""
 
     file: str
     alt: str
@@ -20,9 +20,9 @@ class Plot:
 class Section:
     """A part of REPORT.md under ``heading`` (None: no heading of its own).
 
-    ``blocks`` are paragraphs in order: Markdown text, ``tables.Table`` (rendered and
-    written as CSV) or ``Plot`` (drawn and linked); ``data`` are tables written as
-    CSV only, for the cases a Markdown table leaves out.
+    ``blocks`` are paragraphs in order: Markdown text, ``kernels.output.Table`` (rendered
+    and written as CSV) or ``Plot`` (drawn and linked); ``data`` are tables written as CSV
+    only, for the cases a Markdown table leaves out.
     """
 
     heading: Optional[str]

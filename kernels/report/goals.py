@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import bench_spec as spec
+from ..output import Column, Table, fmt_count, fmt_number, interval, missing, ratio, text
+from ..spread import bounds
 from .ceilings import fma_peak
 from .decode import cache_read_fraction
 from .document import Section
@@ -20,8 +22,6 @@ from .in_context import forward_over_numpy, in_context
 from .multi_head import headline_shape, multihead_gflops, multihead_seconds
 from .peers import peer_speedup, worst_peer_speedup
 from .side_by_side import numpy_speedup, numpy_speedup_seq_len
-from ..spread import bounds
-from .tables import Column, Table, fmt_count, fmt_number, interval, missing, ratio, text
 from .thread_scaling import thread_counts, thread_gflops
 
 

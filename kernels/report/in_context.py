@@ -3,9 +3,9 @@ users run it, between two matrix products and beside a busy process, as a multip
 same call alone and on one thread; and MiniLM's forward pass on each kernel against numpy.
 """
 from .. import bench_spec as spec
+from ..output import Column, Table, fmt_ratio
 from ..threads import BLAS_SPIN_VARIABLE
 from .document import Section
-from .tables import Column, Table, fmt_ratio
 
 CONTEXT_WORDS = {"between_matmuls": "between two matmuls",
                  "between_matmuls_blas_sleeps": "between matmuls, BLAS asked to sleep",

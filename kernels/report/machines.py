@@ -23,13 +23,13 @@ from .. import bench_spec as spec
 from ..files import write_whole
 from ..machine_id import isa_of
 from ..memory import format_bytes
+from ..output import Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, ratio, text
 from .ceilings import blas_name, fma_peak
 from .document import Section
 from .multi_head import headline_seq_len, multihead_gflops
 from .peers import peer_speedup, worst_peer_speedup
 from .results import ResultsError, latest_per_machine, load_latest_run
 from .side_by_side import numpy_speedup
-from .tables import Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, ratio, text
 from .thread_scaling import thread_counts
 
 KEPT = "machines"  # the folder beside REPORT.md holding each machine's kept results

@@ -2,11 +2,11 @@
 scores cannot exist."""
 from .. import bench_spec as spec
 from ..memory import format_bytes
+from ..output import Column, Table, fmt_seconds, missing
 from ..registry import KERNELS
 from .document import Section
 from .plots import ram_text
 from .results import materialises
-from .tables import Column, Table, fmt_seconds, missing
 
 
 def wall_need(run, kernel):

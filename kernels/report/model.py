@@ -7,9 +7,9 @@ Per layer the four projections cost 8·n·d² flops and the feed-forward 16·n·
 import math
 
 from .. import bench_spec as spec
+from ..output import Column, Table, fmt_percent, fmt_seconds, missing, pyplot, save_png
 from . import plots
 from .document import Plot, Section
-from .tables import Column, Table, fmt_percent, fmt_seconds, missing
 
 ESTIMATE = 6 * spec.MODEL_WIDTH  # n where 4·n²·d = 24·n·d²
 
@@ -62,10 +62,8 @@ def model(run):
 def plot_shares(run, path):
     """model_attention_share.png: attention's share of a layer against n, one line per kernel,
     with one half and the 6·d estimate marked."""
-    pyplot = plots.pyplot()
-    fig, ax = pyplot.subplots(figsize=(8, 5.5))
-    fig.suptitle("Attention's share of one all-MiniLM-L6-v2 layer (d = 384, 12 heads, float32)\n"
-                 + plots.machine_caption(run), fontsize=10)
+    fig, ax = pyplot().subplots(figsize=(8, 5.5))
+    fig.suptitle("Attention's share of one all-MiniLM-L6-v2 layer (d = 384, 12 heads, float32)", fontsize=10)
     styles = plots.kernel_styles(run)
     drawn = []
     for kernel in run.kernels(spec.MODEL_ATTENTION_SHARE):
@@ -84,9 +82,8 @@ def plot_shares(run, path):
         plots.seq_len_axis(ax, min(drawn + [ESTIMATE]), max(drawn + [ESTIMATE]))
         ax.set_ylim(0, 1)
         ax.set_ylabel("attention core ÷ (attention + projections + feed-forward) time")
-        ax.yaxis.set_major_formatter(pyplot.matplotlib.ticker.PercentFormatter(1.0))
+        ax.yaxis.set_major_formatter(pyplot().matplotlib.ticker.PercentFormatter(1.0))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot.close(fig)
+    save_png(fig, path, caption=plots.machine_caption(run))

@@ -4,10 +4,10 @@ import math
 
 from .. import bench_spec as spec
 from ..costs import gflops
+from ..output import (Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, fmt_seconds,
+                      ratio, text)
 from .ceilings import fma_peak
 from .document import Section
-from .tables import (Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, fmt_seconds,
-                     ratio, text)
 
 
 def headline_seq_len(run):

@@ -5,11 +5,11 @@ import importlib.metadata
 import platform
 
 from .. import bench_spec as spec
+from ..output import text
 from .document import Section
 from .gaps import absent_benchmarks, failed_records
 from .plots import ram_text
 from .ceilings import ceilings_text
-from .tables import text
 
 LIBRARIES = ("numpy", "numba", "cffi", "matplotlib", "asv", "torch")
 

@@ -6,12 +6,12 @@ import importlib.metadata
 import math
 
 from .. import bench_spec as spec
+from ..output import Column, Table, fmt_count, fmt_ratio
 from ..registry import KERNELS, PEER_PACKAGES
 from . import plots
 from .document import Plot, Section
 from .multi_head import headline_seq_len
 from .seq_len import SHAPE, one_head_gflops
-from .tables import Column, Table, fmt_count, fmt_ratio
 
 # The shapes' sizes, as bench_peers builds them: (heads, n), n None for the headline n.
 SHAPE_SIZES = {"full": (spec.HEADS, None), "causal": (spec.HEADS, None),

@@ -1,24 +1,16 @@
-"""What every plot of the report shares: matplotlib on Agg, one style per kernel, log axes
-of n and of bytes, one panel per dtype captioned with the machine.
+"""What every plot of the report shares: one style per kernel, log axes of n and of bytes,
+one panel per dtype, and the caption naming the machine and the run (``machine_caption``).
 
-matplotlib is imported on first use (``pyplot()``), so that ``import kernels.report``
-stays light.
+matplotlib comes from ``kernels.output.pyplot()`` on first draw, so that ``import
+kernels.report`` stays light; every plot is saved by ``kernels.output.save_png``.
 """
 import math
 
 from .. import bench_spec
 from ..memory import format_bytes
+from ..output import has_spread, missing, pyplot, save_png
 from ..registry import KERNELS
 from .results import is_external, kernel_order
-from .tables import has_spread, missing
-
-
-def pyplot():
-    """pyplot on the Agg backend, imported on first use."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot
-    return matplotlib.pyplot
 
 
 def ram_text(run):
@@ -26,6 +18,7 @@ def ram_text(run):
 
 
 def machine_caption(run):
+    """What every plot of the report was measured on: the machine and the run."""
     machine = run.machine
     return (f"{machine.get('machine', '?')}: {machine.get('cpu', '?')}, {machine.get('num_cpu', '?')} CPUs, "
             f"{ram_text(run)} RAM; commit {run.commit_hash[:8]}, {run.date:%Y-%m-%d}")
@@ -101,7 +94,7 @@ def plot_against_seq_len(run, path, benchmark, title, ylabel, label,
     data says so.
     """
     fig, axes = pyplot().subplots(1, len(bench_spec.DTYPES), figsize=(13, 5.5), squeeze=False)
-    fig.suptitle(f"{title}\n{machine_caption(run)}", fontsize=11)
+    fig.suptitle(title, fontsize=11)
     styles = kernel_styles(run)
     for dtype, ax in zip(bench_spec.DTYPES, axes[0]):
         ax.set_title(dtype)
@@ -120,5 +113,4 @@ def plot_against_seq_len(run, path, benchmark, title, ylabel, label,
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot().close(fig)
+    save_png(fig, path, caption=machine_caption(run))

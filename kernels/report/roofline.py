@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from .. import bench_spec as spec
 from ..costs import attention_flops, gflops
+from ..output import Column, Table, fmt_gflops, fmt_percent, missing, pyplot, ratio, save_png, text
 from . import plots
 from .ceilings import fma_peak
 from .document import Plot, Section
 from .multi_head import headline_seq_len, multihead_gflops
 from .results import is_external
-from .tables import Column, Table, fmt_gflops, fmt_percent, missing, ratio, text
 
 DTYPE = "float32"  # the roofline's precision: the dtype of every shape below
 
@@ -103,9 +103,8 @@ SHAPE_MARKERS = ("o", "s", "D", "^")
 
 def plot_roofline(run, path):
     """roofline.png: log-log, the two roofs, and a marker per kernel (colour) and shape (marker)."""
-    pyplot = plots.pyplot()
-    fig, ax = pyplot.subplots(figsize=(10, 6.5))
-    fig.suptitle(f"Roofline, {DTYPE}, all threads\n" + plots.machine_caption(run), fontsize=10)
+    fig, ax = pyplot().subplots(figsize=(10, 6.5))
+    fig.suptitle(f"Roofline, {DTYPE}, all threads", fontsize=10)
     every = points(run)
     shapes = list(dict.fromkeys(p.shape for p in every))
     styles = plots.kernel_styles(run)
@@ -145,5 +144,4 @@ def plot_roofline(run, path):
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot.close(fig)
+    save_png(fig, path, caption=plots.machine_caption(run))

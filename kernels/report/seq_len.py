@@ -4,15 +4,15 @@ import math
 
 from .. import bench_spec as spec
 from ..costs import gflops, largest_fitting_seq_len
+from ..fits import FIT_MIN_N, FIT_MIN_POINTS, fit_power_law
 from ..memory import format_bytes
+from ..output import (Column, Table, fmt_count, fmt_exponent, fmt_gflops, fmt_ratio, fmt_seconds,
+                      missing, ratio)
 from ..registry import KERNELS
 from . import plots
 from .ceilings import fma_peak
 from .document import Plot, Section
-from .fits import FIT_MIN_N, FIT_MIN_POINTS, fit_power_law
 from .results import is_external, materialises
-from .tables import (Column, Table, fmt_count, fmt_exponent, fmt_gflops, fmt_ratio, fmt_seconds,
-                     missing, ratio)
 
 TIME, MEMORY = "time", "peak extra memory"
 SHAPE = f"one head, d = {spec.HEAD_DIM}, full"

@@ -4,8 +4,8 @@ the peers: the peers section.)"""
 import math
 
 from .. import bench_spec as spec
+from ..output import Column, Table, fmt_count, fmt_ratio
 from .document import Section
-from .tables import Column, Table, fmt_count, fmt_ratio
 
 
 def numpy_speedup_seq_len(run):

@@ -1,7 +1,7 @@
 """The start-up section (``Startup``): import, Numba's first compile, a cached first call."""
 from .. import bench_spec as spec
+from ..output import Column, Table, fmt_seconds
 from .document import Section
-from .tables import Column, Table, fmt_seconds
 
 
 def startup(run):

@@ -2,10 +2,10 @@
 import math
 
 from .. import bench_spec as spec
+from ..output import Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, ratio, text
 from .ceilings import fma_peak
 from .document import Section
 from .multi_head import headline_shape
-from .tables import Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, ratio, text
 
 
 def thread_counts(run, benchmark=spec.THREADS_GFLOPS):

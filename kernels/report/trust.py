@@ -12,11 +12,11 @@ import math
 from .. import bench_spec as spec
 from ..calibration import (DISTURBED_BELOW, WORKLOADS, best_rates, disturbed, latest, read_calibration,
                            slowdowns)
+from ..output import Column, Table, fmt_gflops, fmt_percent, missing, text
 from ..spread import bounds
 from .decode import cache_read_fraction
 from .document import Section
 from .multi_head import headline_shape, multihead_gflops
-from .tables import Column, Table, fmt_gflops, fmt_percent, missing, text
 from .thread_scaling import thread_counts, thread_gflops
 
 

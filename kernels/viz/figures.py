@@ -14,24 +14,22 @@ and returns the path.
     plot_entropy(entropy, tokens, path)             (heads, n) entropy of each query row
 
 Every figure has a title, labelled axes, a colour bar where colour carries a value, and a
-caption under it saying what it was computed from.  Heads are numbered from 0, as the
-arrays and ``head_mask`` index them; entropy is in nats, at most ln n over n keys.
+caption under it saying what it was computed from (``kernels.output.save_png`` saves them
+all).  Heads are numbered from 0, as the arrays and ``head_mask`` index them; entropy is
+in nats, at most ln n over n keys.
 """
 import math
-import textwrap
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..api import validate
-from ..files import write_whole
 from ..layers.analysis import attention_entropy
 from ..layers.similarity import ROW_BLOCK_BYTES, weight_blocks
-from ..report.plots import pyplot
+from ..output import pyplot, save_png
 
 ANNOTATE_LIMIT = 32   # tokens per axis beyond which numbers in the cells cannot be read
 LABEL_LIMIT = 16      # tokens per axis beyond which tick labels are thinned
-DPI = 110
 WEIGHT_CMAP = "Blues"                                        # the source text's choice
 VECTOR_COLOURS = {"Q": "tab:red", "K": "tab:blue", "V": "tab:green"}  # the source text's coding
 
@@ -70,7 +68,8 @@ def plot_attention_heatmap(weights, tokens, path, *, title="Self-attention weigh
             ax.text(j, i, f"{weight:.2f}", ha="center", va="center", fontsize=size,
                     color="white" if weight > 0.6 * vmax else "black")
     fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
-    return save_figure(fig, path, caption or f"Softmax weights of {n} queries over {n} keys; each row sums to 1.")
+    return save_png(fig, path,
+                    caption=caption or f"Softmax weights of {n} queries over {n} keys; each row sums to 1.")
 
 
 def plot_large_attention(weights, path, *, causal=False, scale=None, max_pixels=512, tick_every=None,
@@ -119,7 +118,7 @@ def plot_large_attention(weights, path, *, causal=False, scale=None, max_pixels=
     masked = "; grey: weight 0 (keys masked)" if log_scale and (means == 0).any() else ""
     text = (f"Each cell is the mean weight of a block of {b_q}×{b_k} query×key pairs "
             f"({n_q}×{n_k} weights pooled to {rows}×{cols} cells), {source}{masked}. {caption}")
-    return save_figure(fig, path, text.strip())
+    return save_png(fig, path, caption=text.strip())
 
 
 @dataclass(frozen=True)
@@ -201,7 +200,7 @@ def plot_heads(weights, tokens, path, *, title="Attention weights of each head",
     fig.suptitle(f"{title}\nheads numbered from 0; entropy of a row in nats, at most "
                  f"ln {n} = {math.log(n):.2f} (an even spread over {n} keys)")
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (one scale for all heads)")
-    return save_figure(fig, path, caption or (
+    return save_png(fig, path, caption=caption or (
         f"{heads} heads over the same {n} tokens; entropy in nats, ln {n} = {math.log(n):.2f} when a "
         "query spreads evenly."))
 
@@ -261,7 +260,7 @@ def plot_qkv_vectors(q, k, v, tokens, path, *, links=3, features=None,
     fig.legend(handles=handles, loc="outside right upper", fontsize=9,
                title=f"the {len(pairs)} largest q·k\n(query's Q → key's K)", title_fontsize=9)
     fig.suptitle(title)
-    return save_figure(fig, path, caption or (
+    return save_png(fig, path, caption=caption or (
         f"Bar heights are the components of each vector, one scale per column; {n} tokens, "
         f"d = {q.shape[1]}, d_v = {v.shape[1]}."))
 
@@ -294,28 +293,8 @@ def plot_entropy(entropy, tokens, path, *, title="Entropy of each query's attent
                  fontsize=9)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=9, title_fontsize=9,
               title="heads (from 0)" if heads > 1 else None)
-    return save_figure(fig, path, caption or f"Entropy H = -Σ p ln p of each of {n} query rows; low entropy is focus.")
-
-
-def save_figure(fig, path, caption):
-    """Write ``fig`` to ``path`` as PNG with ``caption`` under it, close it; -> the path.
-
-    The PNG is written whole (``write_whole``).  A figure legend placed outside the bottom edge would land on the
-    caption (the saved area grows downwards and such a legend follows the lower edge):
-    put legends on the right, or anchor them to an axes."""
-    width_chars = int(fig.get_size_inches()[0] * 15)  # about 15 characters an inch at 8 pt
-    # under everything the layout placed (legends outside the axes included): lay out first,
-    # then put the caption 0.1 inch below the bounding box of what was drawn.  In figure
-    # fractions, because savefig's tight box shifts those (and not inches) onto the canvas.
-    fig.draw_without_rendering()
-    drawn = fig.get_tightbbox()  # inches
-    width, height = fig.get_size_inches()
-    fig.text(drawn.x0 / width, (drawn.y0 - 0.1) / height, "\n".join(textwrap.wrap(caption, width_chars)),
-             ha="left", va="top", fontsize=8, color="0.25")
-    try:
-        return write_whole(path, lambda partial: fig.savefig(partial, format="png", dpi=DPI, bbox_inches="tight"))
-    finally:
-        pyplot().close(fig)
+    return save_png(fig, path, caption=caption or (
+        f"Entropy H = -Σ p ln p of each of {n} query rows; low entropy is focus."))
 
 
 def _token_ticks(ax, tokens):

@@ -31,7 +31,7 @@ import numpy as np
 from ..files import write_text
 from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, attention_entropy
 from ..models import head_analysis, minilm
-from ..report.tables import Column, Table
+from ..output import Column, Table
 from . import model_figures
 
 TEXT_FIGURES = {"maps": "head_maps.png", "entropy": "entropy_confidence.png", "mass": "special_mass.png",

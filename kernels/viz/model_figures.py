@@ -1,5 +1,5 @@
 """Figures of a trained model's heads (all-MiniLM-L6-v2, ``kernels.models.head_analysis``).
-Each function takes data and a path, writes one PNG through ``figures.save_figure`` and
+Each function takes data and a path, writes one PNG through ``kernels.output.save_png`` and
 returns the path.
 
     plot_head_maps(weights, tokens, path)       (layers, heads, n, n): every head's map,
@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 from ..models import head_analysis
-from ..report.plots import pyplot
-from .figures import WEIGHT_CMAP, positive_max, save_figure
+from ..output import pyplot, save_png
+from .figures import WEIGHT_CMAP, positive_max
 
 CLASS_COLOURS = {"vertical": "tab:blue", "diagonal": "tab:orange", "vertical + diagonal": "tab:purple",
                  "block": "tab:green", "heterogeneous": "0.8"}
@@ -72,7 +72,7 @@ def plot_head_maps(weights, tokens, path, *, title="Attention maps of every head
     bar = fig.add_axes(((width - right + 0.25) / width, 0.25, 0.15 / width, 0.5))
     fig.colorbar(image, cax=bar, label="attention weight (one scale for all heads" + (", square root)" if sqrt else ")"))
     thinned = "" if step == 1 else f" One token in {step} is labelled (position, token)."
-    return save_figure(fig, path, (f"Panel L.H is layer L, head H (from 0, as weights[layer, head]); rows are "
+    return save_png(fig, path, caption=(f"Panel L.H is layer L, head H (from 0, as weights[layer, head]); rows are "
                                    f"queries, columns keys, each row sums to 1; {n} tokens.{thinned} "
                                    f"{caption}").strip())
 
@@ -98,7 +98,7 @@ def plot_entropy_confidence(measures, path, *, caption=""):
                                                               edgecolor="tab:cyan", linewidth=2.5))
     named = ", ".join(f"{l}.{h}" for l, h in positional) or "none"
     fig.suptitle(f"Over {measures.source}")
-    return save_figure(fig, path, (
+    return save_png(fig, path, caption=(
         f"Means over {measures.source}. Cyan boxes: positional "
         f"heads by Voita et al.'s rule (largest weight at offset ±1 for >= "
         f"{head_analysis.POSITIONAL_SHARE:.0%} of tokens): {named}. {caption}").strip())
@@ -124,7 +124,7 @@ def plot_special_mass(measures, path, *, caption=""):
     ax.set_ylabel("mean attention weight per query")
     ax.set_title(f"Where each layer's attention goes: [CLS], [SEP], punctuation\n(over {measures.source})")
     ax.legend(loc="upper right")
-    return save_figure(fig, path, (
+    return save_png(fig, path, caption=(
         f"Mean over the 12 heads of a layer and over {measures.source}; the rest of the bar (white) "
         f"goes to the other tokens. Layers from 0; depth is (layer + 1) / layers. Clark et al. 2019 "
         f"found over half of BERT-base's attention on [SEP] in its layers 6-10 of 12, counted from 1 "
@@ -147,7 +147,7 @@ def plot_pattern_classes(measures, path, *, caption=""):
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), title="class (heads)")
     ax.set_title(f"Attention pattern of each head (classes of Kovaleva et al. 2019)\nover {measures.source}")
     h = head_analysis
-    return save_figure(fig, path, (
+    return save_png(fig, path, caption=(
         f"Classified by thresholds on each head's mean weights over {measures.source} (Kovaleva et al. "
         f"used a CNN on the images): vertical + diagonal "
         f"if >= {h.MIXED_SHARE} on [CLS]+[SEP] and >= {h.MIXED_SHARE} on content tokens at i-1, i, i+1; "
@@ -167,7 +167,7 @@ def plot_ablation(ablation, path, *, caption=""):
     ax.set_title(f"How far removing one head moves the sentence embedding (Michel et al. 2019)\n"
                  f"most: head {l1}.{h1} ({d1:.3f}); least: head {l0}.{h0} ({d0:.4f})")
     subset = "" if len(ablation.texts) == ablation.of_total else f" (an evenly spaced subset of {ablation.of_total}, to keep within the time budget)"
-    return save_figure(fig, path, (
+    return save_png(fig, path, caption=(
         f"Each cell: the mean over {len(ablation.texts)} sentences{subset} of 1 − cosine between the "
         f"all-MiniLM-L6-v2 embedding with that head's output zeroed and the full embedding; "
         f"{ablation.kernel} kernel, {ablation.seconds:.0f} s. {caption}").strip())

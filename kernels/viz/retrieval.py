@@ -1,4 +1,5 @@
-"""Figures of the soft-against-hard retrieval experiment (``kernels.layers.retrieval``).
+"""Figures and tables of the soft-against-hard retrieval experiment
+(``kernels.layers.retrieval``).
 
     plot_soft_vs_hard(soft_vs_hard(), "soft_vs_hard.png")
         accuracy, mean max weight, mean entropy and the output's distance to the nearest
@@ -6,17 +7,22 @@
     plot_retrieval_cost(retrieval_cost(), "retrieval_cost.png")
         seconds per query against N, dict lookup and attention, their quartiles as error
         bars, slopes fitted to the medians; the title says when they were timed under load
+    accuracy_table(soft_vs_hard()), cost_table(retrieval_cost())
+        the same as tables (``kernels.output.Table``): accuracy per noise level, and
+        seconds per query per N with the share of the time the process had a core
     load_text(retrieval_cost())
         how much of the time it was ready to run the process had a core while timing
 
-Each plot returns the path it wrote (PNG).  matplotlib is imported on first draw.
+Each plot returns the path it wrote (PNG, through ``kernels.output.save_png``, the
+caption under it).  matplotlib is imported on first draw.
 """
 import math
 
 import numpy as np
 
-from ..files import write_whole
+from ..fits import fit_power_law
 from ..layers.retrieval import AGREEMENT_LEVEL, DECODING_RADIUS, LOADED_BELOW
+from ..output import Column, Table, fmt_percent, fmt_ratio, fmt_seconds, pyplot, ratio, save_png
 from ..spread import bounds
 
 TEMPERATURE_LABEL = "temperature T (scores ÷ T; log scale)"
@@ -24,12 +30,10 @@ TEMPERATURE_LABEL = "temperature T (scores ÷ T; log scale)"
 
 def plot_soft_vs_hard(result, path):
     """Four panels against T for a ``SoftVsHard`` ``result``; writes ``path``, returns it."""
-    from ..report.plots import pyplot
-
     plt = pyplot()
-    # the panels above, the legend (a row per noise level or style) and caption below
+    # the panels above, the legend below (a row per noise level or style)
     legend_rows = max(len(result.noise_levels), 4)
-    footer_inches = 0.75 + 0.2 * legend_rows
+    footer_inches = 0.35 + 0.2 * legend_rows
     fig = plt.figure(figsize=(13, 9.5 + footer_inches), layout="constrained")
     panels, footer = fig.subfigures(2, 1, height_ratios=(9.5, footer_inches))
     axes = panels.subplots(2, 2, sharex=True)
@@ -97,20 +101,16 @@ def plot_soft_vs_hard(result, path):
     footer.legend(handles=noise_handles + style_handles, loc="upper center", ncol=2, fontsize=9)
     fig.suptitle("Self-attention as soft retrieval: from a blend of everything (hot) to the "
                  "nearest-key lookup (cold)", fontsize=13)
-    footer.text(0.5, 0.02, (
+    return save_png(fig, path, caption=(
         f"Computed from N = {result.n_items} stored items (keys random unit vectors in R^{result.dim}, values "
         f"one-hot item ids), {result.n_queries} queries per noise level = key + σ·ε with ε ~ N(0, I/d), "
-        f"seed {result.seed}.\nCorrect / agrees: the output lies within √2/2 of the target's / the nearest "
-        "key's value, so it names that item and no other."), ha="center", va="bottom", fontsize=9)
-    return _save(fig, path)
+        f"seed {result.seed}. Correct / agrees: the output lies within √2/2 of the target's / the nearest "
+        "key's value, so it names that item and no other."))
 
 
 def plot_retrieval_cost(cost, path):
     """Seconds per query against N on log-log axes for a ``RetrievalCost``: medians joined,
     quartiles as error bars, slopes fitted to the medians; writes ``path``."""
-    from ..report.fits import fit_power_law
-    from ..report.plots import pyplot
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 6), layout="constrained")
     sizes = cost.sizes.astype(float)
@@ -139,13 +139,45 @@ def plot_retrieval_cost(cost, path):
     ax.set_title(f"Hash lookup O(1) against attention O(N·d): {at_largest}" + (
         "\nMeasured under load: the machine's other work, not the code's cost" if cost.under_load else ""),
         color="firebrick" if cost.under_load else "black")
-    fig.text(0.5, -0.01, (
+    return save_png(fig, path, caption=(
         f"Keys random unit vectors in R^{cost.dim}, values {cost.dim}-wide, seed {cost.seed}; every query a "
         f"stored key.  Attention: one call on {cost.n_queries} queries ÷ {cost.n_queries}, "
         f"{cost.threads} thread(s), {cost.attention_flops[-1] / 1e6:.3g} Mflop per query at the largest N; "
-        f"dict: one thread, {cost.hashed_bytes} bytes hashed per query.  While timing, {load_text(cost)}."),
-        ha="center", va="top", fontsize=8, wrap=True)
-    return _save(fig, path)
+        f"dict: one thread, {cost.hashed_bytes} bytes hashed per query.  While timing, {load_text(cost)}."))
+
+
+def accuracy_table(result):
+    """The accuracy of each way of retrieving, a row per noise level of a ``SoftVsHard``
+    ``result``, and where soft retrieval agrees with the nearest key (soft_vs_hard.csv)."""
+    return Table("soft_vs_hard", (
+        Column("noise", "noise σ", lambda s: f"{s:g}"),
+        Column("exact", "exact match (dict)", lambda a: f"{a:.0%}"),
+        Column("nearest", "nearest key (argmax q·k)", lambda a: f"{a:.0%}"),
+        Column("soft", "soft, best over T", lambda a: f"{a:.0%}"),
+        Column("t99", f"largest T with ≥ {AGREEMENT_LEVEL:.0%} agreement", lambda t: f"{t:.3g}"),
+        Column("weight", "mean max weight there", lambda w: f"{w:.2f}")),
+        [[noise, result.exact_accuracy[level], result.nearest_accuracy[level], result.soft_accuracy[level].max(),
+          result.agreement_temperature[level],
+          _at_temperature(result.max_weight[level], result.temperatures, result.agreement_temperature[level])]
+         for level, noise in enumerate(result.noise_levels)])
+
+
+def cost_table(cost):
+    """Seconds per query of a ``RetrievalCost``, a row per N, and the share of the time its
+    threads had a core (retrieval_cost.csv)."""
+    return Table("retrieval_cost", (
+        Column("n", "stored items N", lambda n: f"{n:,}"),
+        Column("dict", "dict lookup per query", fmt_seconds),
+        Column("attention", f"attention per query ({cost.kernel})", fmt_seconds),
+        Column("ratio", "attention ÷ lookup", fmt_ratio),
+        Column("cpu_share", "had a core", fmt_percent)),
+        [[int(n), h, a, ratio(a, h), share]
+         for n, h, a, share in zip(cost.sizes, cost.hash_seconds, cost.attention_seconds, cost.cpu_share)])
+
+
+def _at_temperature(values, temperatures, temperature):
+    """values[t] at the temperature ``temperature`` (NaN when it is NaN: no such T)."""
+    return float(values[temperatures == temperature][0]) if np.isfinite(temperature) else math.nan
 
 
 def load_text(cost):
@@ -160,11 +192,3 @@ def load_text(cost):
     against = "below" if cost.under_load else "at or above"
     return (f"the process's threads had a core {shares} of the time they were ready to run, {against} the "
             f"{LOADED_BELOW:.0%} under which figures count as measured under load")
-
-
-def _save(fig, path):
-    from ..report.plots import pyplot
-
-    write_whole(path, lambda partial: fig.savefig(partial, format="png", dpi=120, bbox_inches="tight"))
-    pyplot().close(fig)
-    return path
