@@ -2,14 +2,13 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-ASV    := $(VENV)/bin/asv
 # what a change to which re-installs the package (and rebuilds the C extension)
 SOURCES := setup.py pyproject.toml MANIFEST.in $(wildcard csrc/*.c csrc/*.h) csrc/build_attention.py
 
 .PHONY: help install bench report test verify list peers model clean sanitize
 
 help:
-	@echo "make bench   run the asv benchmarks, then write reports/ (QUICK=1, THREADS=n, BENCH=regex, RESUME=1, MACHINE=name)"
+	@echo "make bench   run the asv benchmarks, then write reports/ (QUICK=1, THREADS=n, BENCH=regex, RESUME=1, MACHINE=name, CALIBRATE=0)"
 	@echo "make report  rewrite reports/ from the asv results already in .asv/results"
 	@echo "make test    run the test suite"
 	@echo "make verify  every kernel against the float64 reference"
@@ -87,46 +86,21 @@ sanitize: build/sanitize/check_attention build/sanitize/check_pool
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build/sanitize/check_attention
 	TSAN_OPTIONS=halt_on_error=1 build/sanitize/check_pool
 
-# The main job: the asv suite on .venv, then the report.  QUICK=1: small grids, one
+# The main job: the asv suite on .venv, one benchmark class at a time, then the report
+# (python -m kernels bench; kernels/bench_run.py says how).  QUICK=1: small grids, one
 # sample each (a few minutes).  THREADS=n sets the one thread budget of every kernel.
-# A failed benchmark shows as a gap in the report, and makes `make bench` fail after it.
-# (quick also leaves out asv's whole-process peakmem_, which the report does not read, and
-# the memory wall, minutes long)
-# asv saves a run's results only when the whole run ends, so the suite runs one benchmark
-# class at a time, each run adding to the commit's results file: Ctrl-C loses only the
-# class it stops, runs no more, and the report is still written from what finished.
-# RESUME=1 skips the benchmarks that already have results of this commit.
-# asv would name the machine after its hostname ("vm" on every VM here, so that different
-# CPUs' results would mix); it is named after its CPU and ISA instead (kernels/machine_id.py:
-# amd-epyc-avx2, intel-xeon-avx512, amd-epyc-avx512-bf16), or MACHINE=name.  After the
-# report, its newest results are kept in reports/machines/<name>/ (commit them): the
-# report's Machines section lays every machine kept there side by side.
-BENCH_REGEX := $(or $(BENCH),$(if $(QUICK),^(?!.*(peakmem_|MemoryWall))))
-ASV_ENV := ATTNBENCH_QUICK=$(if $(QUICK),1,0) $(if $(THREADS),ATTNBENCH_THREADS=$(THREADS))
-ASV_FLAGS := --python=same $(if $(QUICK),--quick) $(if $(RESUME),--skip-existing-successful)
-ASV_CLASSES := import sys; from kernels.report.results import benchmark_classes; print(*benchmark_classes(*sys.argv[1:]))
-MACHINE ?= $$($(PY) -m kernels.machine_id)
-# Before and after each class, half a second of a fixed workload (kernels/calibration.py):
-# the report marks the sections measured while the machine ran >10% under its best.
-CALIBRATE := $(PY) -m kernels.calibration
+# BENCH=regex: only the benchmarks it selects (BENCH=MultiHead, one class).  A failed
+# class shows as a gap in the report, and makes `make bench` fail after it.  Ctrl-C loses
+# only the class it stops, runs no more, and the report is still written from what
+# finished; RESUME=1 then skips what already has results of this commit.  The machine is
+# named after its CPU and ISA (kernels/machine_id.py: amd-epyc-avx2), or MACHINE=name;
+# after the report its newest results are kept in reports/machines/<name>/ (commit them).
+# Before and after each class, half a second of a fixed workload (kernels/calibration.py)
+# lets the report mark the classes measured on a disturbed machine; CALIBRATE=0 leaves it out.
+BENCH_FLAGS = $(if $(QUICK),--quick) $(if $(THREADS),--threads $(THREADS)) $(if $(BENCH),--bench '$(BENCH)') \
+	$(if $(RESUME),--resume) $(if $(MACHINE),--machine '$(MACHINE)') $(if $(filter 0,$(CALIBRATE)),--no-calibrate)
 bench: install
-	$(ASV) machine --yes --machine "$(MACHINE)" > /dev/null
-	@status=0; interrupted=; trap 'interrupted=1' INT TERM; machine="$(MACHINE)"; \
-	if $(ASV_ENV) $(ASV) run $(ASV_FLAGS) --machine "$$machine" --bench just-discover; then \
-	  commit=$$(git rev-parse HEAD); \
-	  classes=$$($(PY) -c '$(ASV_CLASSES)' .asv/results '$(BENCH_REGEX)') || status=$$?; \
-	  [ -n "$$classes" ] || { echo "make bench: no benchmark matches '$(BENCH_REGEX)'" >&2; status=1; }; \
-	  calibration=.asv/results/$$machine/$$(echo $$commit | cut -c1-8)-calibration.jsonl; \
-	  for class in $$classes; do \
-	    [ -z "$$interrupted" ] || break; \
-	    $(CALIBRATE) $$calibration $$class before; \
-	    $(ASV_ENV) $(ASV) run $(ASV_FLAGS) --machine "$$machine" --set-commit-hash $$commit \
-	      --bench "^(?=$$class\.)"'(?=.*(?:$(BENCH_REGEX)))' || status=$$?; \
-	    $(CALIBRATE) $$calibration $$class after; \
-	  done; \
-	else status=$$?; fi; \
-	$(PY) -m kernels report --results .asv/results --out reports --keep-machine "$$machine" || status=$$?; \
-	exit $$status
+	$(PY) -m kernels bench $(strip $(BENCH_FLAGS))
 
 report: install
 	$(PY) -m kernels report --results .asv/results --out reports

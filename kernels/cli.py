@@ -1,4 +1,4 @@
-"""The command line: ``python -m kernels {list,verify,timing,report,explain,heatmap}`` (also ``attnbench``)."""
+"""The command line: ``python -m kernels {list,verify,timing,bench,report,explain,heatmap}`` (also ``attnbench``)."""
 import argparse
 import contextlib
 import math
@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from . import files, harness, threads
+from . import bench_run, files, harness, threads
 from .api import ExtensionNotBuilt, attention, check_resources, planned
 from .costs import attention_flops
 from .registry import KERNELS
@@ -230,6 +230,13 @@ def _refuse_unable_explain_kernel(name):
                      f"kernels that can: {', '.join(able) or 'none'}")
 
 
+def cmd_bench(args):
+    """The asv suite class by class, then the report (``make bench``; kernels.bench_run)."""
+    options = bench_run.Options(quick=args.quick, threads=getattr(args, "threads", None), bench=args.bench or None,
+                                resume=args.resume, machine=args.machine or None, calibrate=args.calibrate)
+    return bench_run.run(options)
+
+
 def cmd_report(args):
     from .report import keep_machine, write_report  # matplotlib only when a report is asked for
     from .report.machines import KEPT
@@ -352,6 +359,30 @@ def _parser():
                              "every query sees every key)")
     timing.add_argument("--repeat", type=_positive_int, default=5,
                         help="timed calls per kernel and n, of which the median is shown (default: %(default)s)")
+    bench = command("bench", cmd_bench, "the asv suite, one class at a time, then the report (make bench)",
+                    "The asv suite on this interpreter, one benchmark class at a time (Ctrl-C loses only the "
+                    "class it stops; the report is still written, and the exit status is 130), the calibration "
+                    "workload before and after each class, then `report --keep-machine`.  A progress line "
+                    "before and after each class: which, how many of how many, the time taken and elapsed.  "
+                    "Exit status 1 when a class, asv's discovery or the report failed (the other classes still "
+                    "run).  Run it in the project's folder: results in .asv/results, the report in reports/.  "
+                    "--threads N sets ATTNBENCH_THREADS=N for the benchmarks.")
+    bench.add_argument("--quick", action="store_true",
+                       help="small grids, one sample each (ATTNBENCH_QUICK=1, asv --quick), and unless --bench "
+                            "says otherwise neither asv's peakmem_ nor MemoryWall; a few minutes (default: %(default)s)")
+    bench.add_argument("--bench", metavar="REGEX",
+                       help="only the benchmarks this regular expression finds in their name or a parameter "
+                            "combination's, as asv run --bench: MultiHead runs one class (default: every "
+                            f"benchmark; with --quick, {bench_run.QUICK_SELECTION!r})")
+    bench.add_argument("--resume", action="store_true",
+                       help="skip what already has results of this commit on this machine: whole classes, "
+                            "and within the others asv's --skip-existing-successful (default: %(default)s)")
+    bench.add_argument("--machine", metavar="NAME",
+                       help="the machine's name in asv's results (default: its CPU and ISA, kernels.machine_id, "
+                            "such as amd-epyc-avx2)")
+    bench.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                       help="no calibration workload around the classes (about a second each; the report then "
+                            "cannot mark the classes measured on a disturbed machine) (default: calibrate)")
     report = command("report", cmd_report, "REPORT.md, plots and CSV tables from asv's results",
                      "REPORT.md, its plots (PNG) and tables (CSV) from the newest asv results; `make bench` "
                      "runs the benchmarks and then this.  Files are written into a hidden folder first and "

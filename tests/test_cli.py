@@ -96,9 +96,9 @@ def subcommands():
 REQUIRED = {"explain": ["--out", "x"], "heatmap": ["--text", "x", "--out", "x"]}
 
 
-@pytest.mark.parametrize("command", ["list", "verify", "timing", "report", "explain", "heatmap"])
+@pytest.mark.parametrize("command", ["list", "verify", "timing", "bench", "report", "explain", "heatmap"])
 def test_threads_is_accepted_before_and_after_every_command(command):
-    assert set(subcommands()) == {"list", "verify", "timing", "report", "explain", "heatmap"}
+    assert set(subcommands()) == {"list", "verify", "timing", "bench", "report", "explain", "heatmap"}
     parse = cli._parser().parse_args
     required = REQUIRED.get(command, [])
     assert parse(["--threads", "3", command, *required]).threads == 3

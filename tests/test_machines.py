@@ -7,7 +7,6 @@ import json
 import pathlib
 import platform
 import shutil
-import subprocess
 
 import pytest
 
@@ -62,23 +61,6 @@ def test_without_cpuinfo_the_name_is_the_architecture(monkeypatch):
 def test_machine_name_reads_this_machine():
     name = machine_name()
     assert name and name == name.lower() and " " not in name
-
-
-@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-def test_make_bench_names_the_machine_in_every_asv_command_and_keeps_its_results(project_root):
-    def dry_run(*variables):
-        return subprocess.run(["make", "-n", "bench", *variables], cwd=project_root, check=True,
-                              capture_output=True, text=True).stdout
-
-    default = dry_run()
-    assert 'asv machine --yes --machine "$(.venv/bin/python -m kernels.machine_id)"' in default
-    assert 'machine="$(.venv/bin/python -m kernels.machine_id)"' in default
-    named = dry_run("MACHINE=intel-xeon-avx512")
-    assert 'asv machine --yes --machine "intel-xeon-avx512"' in named
-    assert 'machine="intel-xeon-avx512"' in named
-    runs = [line for line in named.splitlines() if "asv run" in line]
-    assert len(runs) == 2 and all('--machine "$machine"' in line for line in runs)  # discovery, each class
-    assert '-m kernels report --results .asv/results --out reports --keep-machine "$machine"' in named
 
 
 # -- other machines' results ----------------------------------------------------------------
