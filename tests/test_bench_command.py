@@ -257,7 +257,7 @@ def measured(results, env_name=None, commit=COMMIT):
     folder = results / "testbox"
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(FIXTURE / "testbox" / "machine.json", folder)
-    data = json.loads((FIXTURE / "testbox" / f"{COMMIT[:8]}-existing-py_work_main_.venv_bin_python.json").read_text())
+    data = json.loads((FIXTURE / "testbox" / f"{COMMIT[:8]}-existing-py.json").read_text())
     data.update(env_name=env_name, commit_hash=commit)
     (folder / f"{commit[:8]}-{env_name}.json").write_text(json.dumps(data))
 

@@ -15,8 +15,8 @@ from kernels.machine_id import isa_of, machine_name
 from kernels.report import keep_machine, write_report
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
-NEWEST_FILE = pathlib.Path("testbox", "c0ffee12-existing-py_work_main_.venv_bin_python.json")
-OLDER_FILE = pathlib.Path("testbox", "01dc0de0-existing-py_work_main_.venv_bin_python.json")
+NEWEST_FILE = pathlib.Path("testbox", "c0ffee12-existing-py.json")
+OLDER_FILE = pathlib.Path("testbox", "01dc0de0-existing-py.json")
 
 # -- machine names ------------------------------------------------------------------------
 

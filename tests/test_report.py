@@ -430,8 +430,8 @@ def test_no_results_is_a_clear_error(tmp_path, folder):
 
 # -- broken results: interrupted runs, other commits and machines, unreadable files -------
 
-NEWEST_FILE = pathlib.Path("testbox", "c0ffee12-existing-py_work_main_.venv_bin_python.json")
-OLDER_FILE = pathlib.Path("testbox", "01dc0de0-existing-py_work_main_.venv_bin_python.json")
+NEWEST_FILE = pathlib.Path("testbox", "c0ffee12-existing-py.json")
+OLDER_FILE = pathlib.Path("testbox", "01dc0de0-existing-py.json")
 
 
 @pytest.fixture
