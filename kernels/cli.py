@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from . import bench_run, files, harness, threads
+from . import bench_run, dtypes, harness, output, threads
 from .api import ExtensionNotBuilt, attention, check_resources, planned
 from .costs import attention_flops
 from .registry import KERNELS
@@ -78,11 +78,11 @@ def _output_folder(path):
 
 @contextlib.contextmanager
 def _staged_output(path, carry=()):
-    """The output folder ``path`` checked (``_output_folder``), then a ``files.Staging``
+    """The output folder ``path`` checked (``_output_folder``), then an ``output.Staging``
     inside it for the command to write into: its files move into ``path`` only when the
     command succeeds; on failure ``path`` is left as it was, and removed again (with any
     parents) if this command created it."""
-    created = files.missing_folders(path)
+    created = output.missing_folders(path)
     try:
         folder = _output_folder(path)
     except OSError:
@@ -90,7 +90,7 @@ def _staged_output(path, carry=()):
             with contextlib.suppress(OSError):
                 made.rmdir()
         raise
-    with files.staged(folder, created=created, carry=carry) as staging:
+    with output.staged(folder, created=created, carry=carry) as staging:
         yield staging
 
 
@@ -249,7 +249,7 @@ def cmd_report(args):
         # an unreadable kept file is named by its path: the one it will have, not the staged one
         text = report.read_text(encoding="utf-8")
         if str(staging.folder) in text:
-            files.write_text(report, text.replace(str(staging.folder), str(staging.target)))
+            output.write_text(report, text.replace(str(staging.folder), str(staging.target)))
         kept = keep_machine(args.results, staging.folder, args.keep_machine) if args.keep_machine else None
     print(f"wrote {staging.final(report)}")
     if kept:
@@ -352,7 +352,7 @@ def _parser():
                         help="heads per call, each its own n × n attention (default: %(default)s)")
     timing.add_argument("--head-dim", type=_positive_int, default=64, metavar="D",
                         help="d, the width of each head's queries, keys and values (default: %(default)s)")
-    timing.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+    timing.add_argument("--dtype", choices=list(dtypes.NAMES), default="float32",
                         help="the inputs' floating-point type (default: %(default)s)")
     timing.add_argument("--causal", action="store_true",
                         help="causal attention, query i seeing keys 0 to i only (default: %(default)s, "

@@ -1,6 +1,15 @@
-"""What attnbench writes for a reader: figures (PNG), tables (Markdown and CSV) and the
-number formats of their cells.  The report (``kernels.report``) and the pages of
-``kernels.viz`` both draw and tabulate through this module, and neither imports the other.
+"""Everything attnbench writes to disk: files written whole, a command's outputs staged,
+figures (PNG), tables (Markdown and CSV) and the number formats of their cells.  The
+report (``kernels.report``), the pages of ``kernels.viz`` and the command line all write
+through this module, and report/ and viz/ never import each other.
+
+    write_whole(path, write)        write(partial) fills a file beside path, then renamed
+                                    onto it: a reader never sees half a file
+    write_text(path, text)          UTF-8 text, the same way
+    missing_folders(path)           the folders a mkdir -p of path would create
+    staged(target, ...)             a context: a command's outputs go into a hidden folder
+                                    inside target, moved in file by file on success,
+                                    removed on failure (target left as it was)
 
     pyplot()                        matplotlib's pyplot on Agg, imported on first use, so
                                     that importing a module that draws stays light
@@ -16,22 +25,138 @@ number formats of their cells.  The report (``kernels.report``) and the pages of
 
 A figure of several samples (``spread.Measured``) shows its spread in both table forms:
 "±3%" in Markdown, its quartiles in two more CSV columns.  Every file is written whole
-(``kernels.files.write_whole``, which the command line's staging also builds on): a
-reader, or an interrupted run, never sees half a PNG or half a CSV.
+(``write_whole``): a reader, or an interrupted run, never sees half a PNG or half a CSV.
 """
+import contextlib
 import csv
 import math
+import os
+import pathlib
+import shutil
+import tempfile
 import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
-from .files import write_whole
 from .spread import Measured, bounds, quotient
 
 DPI = 110                 # every PNG: a 13-inch-wide figure is 1,430 pixels
 CAPTION_FONT = 8          # points
 CAPTION_CHARS_PER_INCH = 15   # about that many characters an inch at CAPTION_FONT
 CAPTION_GAP = 0.1         # inches between what was drawn and the caption under it
+
+
+# -- files written whole, outputs staged ---------------------------------------------
+
+STAGING_PREFIX = ".attnbench-staging-"
+
+
+def write_whole(path, write):
+    """``write(partial)`` writes a file beside ``path``, which then replaces ``path`` in
+    one step (``os.replace`` within a folder); -> the path.
+
+    When ``write`` raises, or the process is interrupted (Ctrl-C), ``path`` keeps what it
+    held and the partial file is removed; only a killed process leaves it behind, hidden
+    (".<stem>.partial<suffix>"), and the next write of ``path`` reuses it.  The partial
+    file keeps ``path``'s suffix, so a writer that picks the format by the suffix
+    (matplotlib's ``savefig``) picks the right one.
+    """
+    path = pathlib.Path(path)
+    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path, text):
+    """``text`` to ``path`` in UTF-8, whole (``write_whole``)."""
+    return write_whole(path, lambda partial: partial.write_text(text, encoding="utf-8"))
+
+
+def missing_folders(path):
+    """The folders ``path.mkdir(parents=True)`` would create, deepest first (empty when
+    ``path`` exists): what to remove again, with ``staged(..., created=...)``, when the
+    command that created them fails."""
+    missing = []
+    path = pathlib.Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+class Staging:
+    """Where a ``staged`` command writes (``folder``), and where it lands (``target``)."""
+
+    def __init__(self, folder, target):
+        self.folder = pathlib.Path(folder)
+        self.target = pathlib.Path(target)
+
+    def final(self, path):
+        """The path that ``path``, inside ``folder``, has once moved into ``target``."""
+        return self.target / pathlib.Path(path).relative_to(self.folder)
+
+
+@contextlib.contextmanager
+def staged(target, *, created=(), carry=()):
+    """Yield a ``Staging`` whose ``folder``, a new hidden folder inside the existing folder
+    ``target``, the command writes its outputs into.
+
+    When the block ends normally, every file in the staging folder replaces its namesake in
+    ``target`` (``os.replace``, one file at a time, subfolders made as needed); files of
+    ``target`` the command did not write are left alone, and the staging folder is removed.
+    When the block raises, or is interrupted (Ctrl-C), the staging folder is removed and
+    ``target`` is as it was; then each folder in ``created`` (those the caller made for
+    this command, deepest first: ``missing_folders`` before the mkdir) is removed again if
+    it is empty, so a failure leaves no empty folder behind.  Only a killed process leaves
+    the staging folder (".attnbench-staging-*") behind.
+
+    ``carry``: names of files or subfolders of ``target`` the command reads and may change
+    or prune (the report's kept ``machines/``).  They are copied into the staging folder
+    first; on success the target's copy becomes the staged one, files the command removed
+    from the staged copy removed from ``target`` as well.
+    """
+    target = pathlib.Path(target)
+    folder = pathlib.Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target))
+    try:
+        for name in carry:
+            source = target / name
+            if source.is_dir():
+                shutil.copytree(source, folder / name)
+            elif source.is_file():
+                shutil.copy2(source, folder / name)
+        yield Staging(folder, target)
+        _move_into(folder, target, carry)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        for made in created:
+            with contextlib.suppress(OSError):  # not empty: something else is in it now
+                pathlib.Path(made).rmdir()
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _move_into(folder, target, carry):
+    """Every file under ``folder`` onto its namesake under ``target``; then, under each
+    ``carry`` name, the target's files that are no longer in ``folder`` removed."""
+    staged_files = sorted(path for path in folder.rglob("*") if not path.is_dir())
+    for path in staged_files:
+        destination = target / path.relative_to(folder)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, destination)
+    kept = {path.relative_to(folder) for path in staged_files}
+    for name in carry:
+        carried = target / name
+        if carried.is_dir():
+            for path in sorted(carried.rglob("*")):
+                if not path.is_dir() and path.relative_to(target) not in kept:
+                    path.unlink()
+        elif carried.is_file() and pathlib.Path(name) not in kept:
+            carried.unlink()
 
 
 # -- figures ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """What the command line does when a user gets something wrong: one line on stderr, a
 non-zero exit status (2 for the command line itself, 1 for a value, path, size or build
 it cannot work with), no traceback, nothing large allocated first, and no output folder
-half written (``kernels.files.staged``); and what its help and output say."""
+half written (``kernels.output.staged``); and what its help and output say."""
 import argparse
 import os
 import pathlib
@@ -13,7 +13,7 @@ import tempfile
 import pytest
 
 import kernels
-from kernels import cli, files, threads
+from kernels import cli, output, threads
 from kernels.models import minilm
 from kernels.viz import explain, heatmap
 
@@ -255,9 +255,9 @@ def old_output(tmp_path):
 
 
 def test_staged_outputs_replace_their_namesakes_and_leave_the_rest(old_output):
-    with files.staged(old_output) as staging:
+    with output.staged(old_output) as staging:
         assert staging.folder.parent == old_output and staging.folder.name.startswith(".")
-        files.write_text(staging.folder / "README.md", "this run")
+        output.write_text(staging.folder / "README.md", "this run")
         (staging.folder / "sub").mkdir()
         (staging.folder / "sub" / "figure.png").write_bytes(b"new figure")
         (staging.folder / "deep" / "er").mkdir(parents=True)
@@ -272,8 +272,8 @@ def test_staged_outputs_replace_their_namesakes_and_leave_the_rest(old_output):
 def test_a_failed_staged_command_leaves_the_folder_as_it_was(old_output, interrupt):
     before = folder_state(old_output)
     with pytest.raises(type(interrupt)):
-        with files.staged(old_output) as staging:
-            files.write_text(staging.folder / "README.md", "half a run")
+        with output.staged(old_output) as staging:
+            output.write_text(staging.folder / "README.md", "half a run")
             raise interrupt
     assert folder_state(old_output) == before
     assert sorted(path.name for path in old_output.iterdir()) == ["README.md", "notes.txt", "sub"]
@@ -281,11 +281,11 @@ def test_a_failed_staged_command_leaves_the_folder_as_it_was(old_output, interru
 
 def test_a_failed_staged_command_removes_the_folders_it_made(tmp_path):
     target = tmp_path / "made" / "for" / "this"
-    created = files.missing_folders(target)
+    created = output.missing_folders(target)
     assert created == [target, target.parent, target.parent.parent]
     target.mkdir(parents=True)
     with pytest.raises(ValueError):
-        with files.staged(target, created=created) as staging:
+        with output.staged(target, created=created) as staging:
             (staging.folder / "figure.png").write_bytes(b"half")
             raise ValueError("a failure")
     assert list(tmp_path.iterdir()) == []
@@ -297,7 +297,7 @@ def test_carried_files_come_back_with_what_the_command_removed_removed(tmp_path)
     (kept / "old.json").write_text("older")
     (kept / "machine.json").write_text("box")
     (tmp_path / "machines" / "other.json").write_text("another machine")
-    with files.staged(tmp_path, carry=("machines", "absent")) as staging:
+    with output.staged(tmp_path, carry=("machines", "absent")) as staging:
         carried = staging.folder / "machines" / "box"
         assert (carried / "old.json").read_text() == "older"  # the command can read them
         (carried / "old.json").unlink()
@@ -334,7 +334,7 @@ def test_explain_refuses_a_float32_only_peer_saying_why(capsys, tmp_path, peer):
 
 def half_then_fail(out_dir, **_):
     """A writer that fails half-way, as ``explain --kernel naive`` did at its 8th figure."""
-    files.write_text(pathlib.Path(out_dir) / "README.md", "half a page")
+    output.write_text(pathlib.Path(out_dir) / "README.md", "half a page")
     (pathlib.Path(out_dir) / "figure.png").write_bytes(b"a figure")
     raise ValueError("failed half-way")
 
@@ -356,7 +356,7 @@ def test_explain_moves_the_page_into_place_once_written(capsys, monkeypatch, old
     def page(out_dir, *, kernel):
         assert out_dir.parent == old_output and out_dir.name.startswith(".attnbench-staging-")
         (out_dir / "figure.png").write_bytes(kernel.encode())
-        return files.write_text(out_dir / "README.md", "the page")
+        return output.write_text(out_dir / "README.md", "the page")
 
     monkeypatch.setattr(explain, "write_explanation", page)
     status, out, _ = run_main(capsys, "explain", "--out", str(old_output), "--kernel", "numpy")
@@ -420,7 +420,7 @@ def test_heatmap_writes_through_a_staging_folder_with_progress_on_stderr(capsys,
     def write(text, out_dir, **kwargs):
         calls.append((text, out_dir, kwargs))
         kwargs["progress"]("maps drawn\n(1 of 2)")
-        return files.write_text(out_dir / "summary.md", "summary")
+        return output.write_text(out_dir / "summary.md", "summary")
 
     monkeypatch.setattr(heatmap, "write_heatmap", write)
     out = tmp_path / "h"

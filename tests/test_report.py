@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from kernels import KERNELS, bench_spec, costs, fits
-from kernels.files import write_text, write_whole
+from kernels.output import write_text, write_whole
 from kernels.memory import format_bytes
 from kernels.report import gaps, overview, results, write_report
 

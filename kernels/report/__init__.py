@@ -20,7 +20,7 @@ power-law fits (``kernels.fits``).
 """
 import pathlib
 
-from ..files import write_text
+from ..output import write_text
 from ..output import Table
 from . import (decode, gaps, goals, in_context, machines, memory_wall, model, multi_head, overview, peers,
                roofline, seq_len, side_by_side, startup, thread_scaling, trust)
@@ -60,7 +60,7 @@ SECTIONS = (
 def write_report(results_dir=".asv/results", out_dir="reports"):
     """Write REPORT.md, the PNG plots and the CSV tables into ``out_dir``; return REPORT.md's path.
 
-    Every file is written whole (``kernels.files.write_whole``): an interrupted report
+    Every file is written whole (``kernels.output.write_whole``): an interrupted report
     leaves each file as it was or as it is now, never half written.  Raises
     FileNotFoundError naming ``results_dir`` when it holds no asv results, and
     ``results.ResultsError`` (a ValueError) naming a file when none of them can be read.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import bench_spec as spec
-from ..files import write_whole
+from ..output import write_whole
 from ..machine_id import isa_of
 from ..memory import format_bytes
 from ..output import Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, ratio, text

@@ -21,7 +21,7 @@ import pathlib
 import numpy as np
 
 from ..api import planned
-from ..files import write_text
+from ..output import write_text
 from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, analyse_queries_and_keys, attention_entropy
 from ..layers.retrieval import AGREEMENT_LEVEL, retrieval_cost, soft_vs_hard
 from ..layers.similarity import ROW_BLOCK_BYTES

@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from ..files import write_text
+from ..output import write_text
 from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, attention_entropy
 from ..models import head_analysis, minilm
 from ..output import Column, Table

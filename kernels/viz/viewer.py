@@ -34,7 +34,7 @@ import zlib
 
 import numpy as np
 
-from ..files import write_text
+from ..output import write_text
 
 # float16 rounds to nearest with 11 significant bits: a relative error of at most 2^-11
 # (4.88e-4) for normal numbers; the page shows 6 significant digits, adding at most 5e-6
