@@ -212,3 +212,17 @@ def _as_batched(array, shape, contiguous):
     """(..., n, d) -> (B, n, d); copies only if a view cannot do (or C order is needed)."""
     batched = array.reshape(shape)
     return np.ascontiguousarray(batched) if contiguous else batched
+
+
+def unable_calls(names, calls):
+    """{(key, kernel): why} for every call (key, ``Problem``) of ``calls`` that a kernel of
+    ``names`` cannot run (dtype, size cap, memory for the inputs, output and workspace:
+    ``check_resources``), found before anything is made: what a command checks first."""
+    unable = {}
+    for key, problem in calls:
+        for name in names:
+            try:
+                check_resources(KERNELS[name], problem, problem.input_bytes)
+            except (ValueError, MemoryError) as reason:
+                unable[key, name] = reason
+    return unable

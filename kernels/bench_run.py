@@ -40,15 +40,14 @@ import json
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 from . import machine_id
+from .processes import run_command, sigterm_as_keyboard_interrupt
 
 RESULTS = pathlib.Path(".asv/results")   # asv.conf.json's results_dir
 OUT = pathlib.Path("reports")
@@ -56,10 +55,6 @@ CONFIG = pathlib.Path("asv.conf.json")
 # --quick without --bench: all but asv's whole-process peakmem_ and the memory wall
 QUICK_SELECTION = "^(?!.*(peakmem_|MemoryWall))"
 INTERRUPTED = 130                        # the shell's status for a run stopped by SIGINT
-# After Ctrl-C, asv (which the terminal's SIGINT reached too) is given this long to stop
-# before it is sent SIGINT itself (a SIGINT sent to this process alone), then as long
-# again before SIGTERM, then SIGKILL.  After a SIGTERM it is sent SIGINT at once.
-GRACE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -101,39 +96,6 @@ def asv():
 def class_selection(name, selection):
     """asv's ``--bench`` for the benchmarks of class ``name`` that ``selection`` selects."""
     return f"^(?={re.escape(name)}\\.)(?=.*(?:{selection}))"
-
-
-def run_command(argv, env=None, quiet=False):
-    """Run ``argv`` to its end, its output on ours (none when ``quiet``); its exit status.
-
-    On KeyboardInterrupt while it runs (Ctrl-C, which the terminal sent it too, or a
-    SIGTERM that ``run`` turned into one, which it did not get) it is given
-    ``GRACE_SECONDS`` to stop (not after SIGTERM), then sent SIGINT, SIGTERM and SIGKILL in
-    turn, ``GRACE_SECONDS`` apart (another Ctrl-C skips to the next), and waited for; then
-    the KeyboardInterrupt goes on.
-    """
-    sys.stdout.flush()
-    process = subprocess.Popen(argv, env=None if env is None else {**os.environ, **env},
-                               stdout=subprocess.DEVNULL if quiet else None)
-    try:
-        return process.wait()
-    except KeyboardInterrupt as interrupt:
-        _stop(process, signalled=not isinstance(interrupt, _Terminated))
-        raise
-
-
-def _stop(process, signalled=True):
-    """Stop ``process`` and wait for it; ``signalled``: it got the SIGINT too."""
-    steps = ((None, GRACE_SECONDS),) if signalled else ()
-    for send, wait in steps + ((signal.SIGINT, GRACE_SECONDS), (signal.SIGTERM, GRACE_SECONDS),
-                               (signal.SIGKILL, None)):
-        try:
-            if send is not None and process.poll() is None:
-                process.send_signal(send)
-            process.wait(wait)
-            return
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            continue
 
 
 def head_commit():
@@ -383,7 +345,7 @@ def run(options, results=RESULTS, out=OUT, now=time.monotonic):
     what += [f"benchmarks matching {options.selection!r}"] if options.selection else []
     what += ["resuming"] if options.resume else []
     what += ["no calibration"] if not options.calibrate else []
-    with _sigterm_as_keyboard_interrupt():
+    with sigterm_as_keyboard_interrupt():
         try:
             say(f"attnbench bench: {', '.join(what)}")
             status = run_command([*asv(), "machine", "--yes", "--machine", bench.machine], quiet=True)
@@ -405,25 +367,3 @@ def run(options, results=RESULTS, out=OUT, now=time.monotonic):
             outcome.errors.append("the report (interrupted)")
         say(f"attnbench bench: {outcome.summary(now() - bench.started)}")
         return outcome.status
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled as Ctrl-C is."""
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated()
-
-
-@contextlib.contextmanager
-def _sigterm_as_keyboard_interrupt():
-    """While entered, SIGTERM raises KeyboardInterrupt: a run stopped either way keeps what
-    finished and writes the report.  Only in the main thread, where Python takes signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

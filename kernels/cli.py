@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from . import bench_run, dtypes, harness, output, threads
-from .api import ExtensionNotBuilt, attention, check_resources, planned
+from .api import ExtensionNotBuilt, attention, planned, unable_calls
 from .costs import attention_flops
 from .registry import KERNELS
 
@@ -181,53 +181,15 @@ def _left_out(kernel, heads):
             f"{kernel.cap}{reach}); --kernel {kernel.name} to include it")
 
 
-def _unable(names, calls):
-    """{(key, kernel): why} for every call (key, ``Problem``) of ``calls`` that a kernel of
-    ``names`` cannot run (dtype, size cap, memory for the inputs, output and workspace:
-    ``check_resources``), found before anything is made."""
-    unable = {}
-    for key, problem in calls:
-        for name in names:
-            try:
-                check_resources(KERNELS[name], problem, problem.input_bytes)
-            except (ValueError, MemoryError) as reason:
-                unable[key, name] = reason
-    return unable
-
-
 def _kernels_unable(names, args, dtype):
     """{(n, kernel): why} for the kernels that cannot run n (size cap, memory for the
     inputs, output and workspace); raises the reason when no kernel can run some n."""
-    unable = _unable(names, [(n, planned((args.heads,), n, n, args.head_dim, args.head_dim, dtype, args.causal))
+    unable = unable_calls(names, [(n, planned((args.heads,), n, n, args.head_dim, args.head_dim, dtype, args.causal))
                              for n in args.seq_len])
     for n in args.seq_len:
         if all((n, name) in unable for name in names):  # say why in our own rung's words, the last one asked for
             raise unable[n, ([name for name in names if not KERNELS[name].external] or names)[-1]]
     return unable
-
-
-def _refuse_unable_explain_kernel(name):
-    """ValueError, in one line, when kernel ``name`` cannot run every attention call of
-    the explain page (``explain.attention_calls``): which call, its size, why, and which
-    kernels can; before any folder is made or anything computed."""
-    from .viz.explain import attention_calls
-
-    calls = attention_calls()
-    unable = _unable([name], calls)
-    if not unable:
-        return
-    (label, _), reason = next(iter(unable.items()))
-    problem, kernel = dict(calls)[label], KERNELS[name]
-    size = f"{problem.batch}·{problem.n_q}·{problem.n_k} = {problem.batch * problem.n_q * problem.n_k:,} scores"
-    if kernel.refusal(problem.dtype):
-        why = f"({size}) is in {problem.dtype}, and {kernel.refusal(problem.dtype)}"
-    elif not kernel.fits(problem.batch, problem.n_q, problem.n_k):
-        why = f"({size}) is above its size cap, {kernel.cap}"
-    else:
-        why = f"({size}): {reason}"
-    able = [other for other in KERNELS if other != name and not _unable([other], calls)]
-    raise ValueError(f"kernel {name!r} cannot compute every example of the page: {label} {why}; "
-                     f"kernels that can: {', '.join(able) or 'none'}")
 
 
 def cmd_bench(args):
@@ -258,9 +220,10 @@ def cmd_report(args):
 
 
 def cmd_explain(args):
+    from .viz.examples import refuse_unfit_kernel
     from .viz.explain import write_explanation  # matplotlib only when the page is asked for
 
-    _refuse_unable_explain_kernel(args.kernel)
+    refuse_unfit_kernel(args.kernel)  # before any folder is made
     with _staged_output(args.out) as staging:
         page = write_explanation(staging.folder, kernel=args.kernel)
     print(f"wrote {staging.final(page)}")

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from kernels import bench_run, cli
+from kernels import bench_run, cli, processes
 from kernels.report.results import benchmark_classes
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
@@ -360,7 +360,7 @@ def test_a_bad_regex_or_no_project_is_one_line_before_anything_runs(capsys, tmp_
 
 def test_run_command_passes_the_status_and_the_variables():
     code = "import os, sys; sys.exit(int(os.environ['ATTNBENCH_QUICK']) + 2)"
-    assert bench_run.run_command([sys.executable, "-c", code], env={"ATTNBENCH_QUICK": "1"}) == 3
+    assert processes.run_command([sys.executable, "-c", code], env={"ATTNBENCH_QUICK": "1"}) == 3
 
 
 @pytest.mark.parametrize("signalled", [True, False])
@@ -369,14 +369,14 @@ def test_a_stopped_child_is_sent_sigint_then_sigterm(monkeypatch, signalled, ign
     """After Ctrl-C, a child still running (the terminal's SIGINT did not reach it, or it
     ignores it) is sent SIGINT, then SIGTERM, and waited for; after SIGTERM (which reached
     this process only) SIGINT at once."""
-    monkeypatch.setattr(bench_run, "GRACE_SECONDS", 0.05)
+    monkeypatch.setattr(processes, "GRACE_SECONDS", 0.05)
     code = ("import signal, sys, time\n"
             f"signal.signal(signal.SIGINT, signal.SIG_IGN if {ignores} else signal.SIG_DFL)\n"
             "print('ready', flush=True)\n"
             "time.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline() == "ready\n"
-    bench_run._stop(child, signalled=signalled)
+    processes._stop(child, signalled=signalled)
     child.stdout.close()
     assert child.returncode == killed_by
 

@@ -15,7 +15,7 @@ import pytest
 import kernels
 from kernels import cli, output, threads
 from kernels.models import minilm
-from kernels.viz import explain, heatmap
+from kernels.viz import examples, explain, heatmap
 
 GiB = 2**30
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
@@ -129,7 +129,7 @@ def test_every_option_of_every_command_says_what_it_does_and_its_default():
     timing_kernel = next(a.help for a in subcommands()["timing"]._actions if "--kernel" in a.option_strings)
     assert "default: every registered kernel but naive" in timing_kernel and "65,536" in timing_kernel
     explain_kernel = next(a.help for a in subcommands()["explain"]._actions if "--kernel" in a.option_strings)
-    assert f"{explain.RETRIEVAL_QUERIES} queries against {max(explain.RETRIEVAL_SIZES):,} keys" in explain_kernel
+    assert f"{examples.RETRIEVAL_QUERIES} queries against {max(examples.RETRIEVAL_SIZES):,} keys" in explain_kernel
     sentence_set = next(a.help for a in subcommands()["heatmap"]._actions if "--sentence-set" in a.option_strings)
     assert sentence_set == ("also measure the heads over the 30 bundled sentences, ablate each head, and hold "
                             "them against the 2019 papers (about 5 minutes)")

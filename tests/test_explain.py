@@ -120,9 +120,9 @@ def test_attention_calls_lists_every_call_the_page_makes(page_and_calls):
     _, calls = page_and_calls
     assert {name for name, _ in calls} == {"c_tiled"}
     made = {shape(problem) for _, problem in calls}
-    listed = {shape(problem) for _, problem in explain.attention_calls()}
+    listed = {shape(problem) for _, problem in examples.attention_calls()}
     assert made == listed
-    assert len(explain.attention_calls()) == 3 + len(explain.RETRIEVAL_SIZES)
+    assert len(examples.attention_calls()) == 3 + len(examples.RETRIEVAL_SIZES)
 
 
 def test_page_numbers_heads_from_0_as_head_mask_does(page):

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..api import attention
+from ..api import attention, planned, unable_calls
 from ..layers.multi_head import multi_head_attention, multi_head_projections
 from ..layers.similarity import attention_weights
+from ..registry import KERNELS
 
 FOUR_TOKENS = ("The", "cat", "sat", "mat")
 FOUR_X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]])  # the source text's X, one row a token
@@ -145,3 +146,46 @@ def long_example(seed=0, n=LONG_N, d=D_MODEL):
     code = np.concatenate([amplitude * np.cos(frequency * position), amplitude * np.sin(frequency * position)],
                           axis=1)
     return code + 0.3 * rng.standard_normal((n, d)), code + 0.3 * rng.standard_normal((n, d))
+
+
+# the soft-against-hard timing (``retrieval_cost``): N stored items, queries per batch, d
+RETRIEVAL_SIZES, RETRIEVAL_QUERIES, RETRIEVAL_DIM = (1_000, 4_000, 16_000, 64_000), 64, 64
+
+
+def attention_calls():
+    """(what, ``Problem``) of every ``kernels.attention`` call ``write_explanation`` makes,
+    in the order it makes them (the sink example's is the sentence's shape): what a kernel
+    must be able to run for the page (``kernels.api.check_resources``)."""
+    float64 = np.float64
+    four, width = FOUR_X.shape
+    n, features, d_head = len(SENTENCE), len(FEATURES), D_MODEL // HEADS
+    return (
+        ("the 4-token example", planned((), four, four, width, width, float64)),
+        ("the hand-built sentence", planned((), n, n, features, features, float64)),
+        (f"the {HEADS}-head layer", planned((HEADS,), n, n, d_head, d_head, float64)),
+        *((f"the soft-against-hard retrieval timing at N = {size:,} stored items",
+           planned((1,), RETRIEVAL_QUERIES, size, RETRIEVAL_DIM, RETRIEVAL_DIM, float64))
+          for size in RETRIEVAL_SIZES),
+    )
+
+
+def refuse_unfit_kernel(name):
+    """ValueError, in one line, when kernel ``name`` cannot run every attention call of
+    the page (``attention_calls``): which call, its size, why, and which kernels can;
+    asked before any folder is made or anything computed."""
+    calls = attention_calls()
+    unable = unable_calls([name], calls)
+    if not unable:
+        return
+    (label, _), reason = next(iter(unable.items()))
+    problem, kernel = dict(calls)[label], KERNELS[name]
+    size = f"{problem.batch}·{problem.n_q}·{problem.n_k} = {problem.batch * problem.n_q * problem.n_k:,} scores"
+    if kernel.refusal(problem.dtype):
+        why = f"({size}) is in {problem.dtype}, and {kernel.refusal(problem.dtype)}"
+    elif not kernel.fits(problem.batch, problem.n_q, problem.n_k):
+        why = f"({size}) is above its size cap, {kernel.cap}"
+    else:
+        why = f"({size}): {reason}"
+    able = [other for other in KERNELS if other != name and not unable_calls([other], calls)]
+    raise ValueError(f"kernel {name!r} cannot compute every example of the page: {label} {why}; "
+                     f"kernels that can: {', '.join(able) or 'none'}")

@@ -7,9 +7,9 @@ and its exercises 2, 3, 4 and 6 (§11.1.8); the page itself says what each one i
     write_explanation(out_dir, kernel="c_tiled", seed=0) -> out_dir / "README.md"
     python -m kernels explain --out DIR [--kernel NAME]
 
-``attention_calls()`` lists the shape of every ``kernels.attention`` call the page
+``examples.attention_calls()`` lists the shape of every ``kernels.attention`` call the page
 makes, so that a kernel can be refused before anything is computed (the command line
-does so: ``naive``'s size cap, a peer's float32-only).  Heads are numbered from 0, as
+does so, ``examples.refuse_unfit_kernel``).  Heads are numbered from 0, as
 the arrays and ``head_mask`` index them.
 
 The whole page takes about 10 s on a 2-core machine: half of it drawing, a third the
@@ -20,7 +20,6 @@ import pathlib
 
 import numpy as np
 
-from ..api import planned
 from ..output import write_text
 from ..layers.analysis import ANOMALY_FACTOR, analyse_attention, analyse_queries_and_keys, attention_entropy
 from ..layers.retrieval import AGREEMENT_LEVEL, retrieval_cost, soft_vs_hard
@@ -28,32 +27,12 @@ from ..layers.similarity import ROW_BLOCK_BYTES
 from ..memory import format_bytes
 from ..output import Column, Table
 from . import figures
-from .examples import (D_MODEL, FEATURES, FOUR_X, HEADS, LONG_PERIOD, LOOKS_FOR, SENTENCE, four_token_example,
-                       heads_example, long_example, sentence_example, sink_example)
+from .examples import (D_MODEL, FEATURES, LONG_PERIOD, LOOKS_FOR, RETRIEVAL_DIM, RETRIEVAL_QUERIES, RETRIEVAL_SIZES,
+                       SENTENCE, four_token_example, heads_example, long_example, sentence_example,
+                       sink_example)
 from .retrieval import accuracy_table, cost_table, load_text, plot_retrieval_cost, plot_soft_vs_hard
 
 LONG_PIXELS = 512  # cells per axis of the long example's picture
-# the soft-against-hard timing (``retrieval_cost``): N stored items, queries per batch, d
-RETRIEVAL_SIZES, RETRIEVAL_QUERIES, RETRIEVAL_DIM = (1_000, 4_000, 16_000, 64_000), 64, 64
-
-
-def attention_calls():
-    """(what, ``Problem``) of every ``kernels.attention`` call ``write_explanation`` makes,
-    in the order it makes them (the sink example's is the sentence's shape): what a kernel
-    must be able to run for the page (``kernels.api.check_resources``)."""
-    float64 = np.float64
-    four, width = FOUR_X.shape
-    n, features, d_head = len(SENTENCE), len(FEATURES), D_MODEL // HEADS
-    return (
-        ("the 4-token example", planned((), four, four, width, width, float64)),
-        ("the hand-built sentence", planned((), n, n, features, features, float64)),
-        (f"the {HEADS}-head layer", planned((HEADS,), n, n, d_head, d_head, float64)),
-        *((f"the soft-against-hard retrieval timing at N = {size:,} stored items",
-           planned((1,), RETRIEVAL_QUERIES, size, RETRIEVAL_DIM, RETRIEVAL_DIM, float64))
-          for size in RETRIEVAL_SIZES),
-    )
-
-
 def write_explanation(out_dir, *, kernel="c_tiled", seed=0):
     """Compute every example with ``kernel`` and ``seed``, draw its figures into ``out_dir``
     and write ``out_dir/README.md``, which walks through them; -> the README's path."""
