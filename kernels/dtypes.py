@@ -2,7 +2,6 @@
 
     FLOATS          name -> Float, in order (float32 first: the type the speed is measured in)
     NAMES           ("float32", "float64")
-    NUMPY           their NumPy dtypes, for ``dtype in NUMPY`` checks
     float_type(x)   the Float of a dtype, a name or an array's dtype; TypeError naming the
                     types taken when there is none
     require(dtype, what, user)  the same, worded for an argument: "x has dtype int64;
@@ -47,17 +46,13 @@ FLOATS = {row.name: row for row in (
     Float("float64", np.dtype(np.float64), 2.0**-53, "dgemm", "f64", "double *", np.dtype(np.float64)),
 )}
 NAMES = tuple(FLOATS)
-NUMPY = tuple(row.dtype for row in FLOATS.values())
-TAKEN = " or ".join(NAMES) if len(NAMES) == 2 else ", ".join(NAMES[:-1]) + ", or " + NAMES[-1]
+TAKEN = ", ".join(NAMES[:-1]) + " or " + NAMES[-1]    # "float32 or float64", for messages
 
 
 def float_type(dtype):
     """The ``Float`` row of ``dtype`` (a NumPy dtype, a type or a name); TypeError saying
-    which types are taken when it has none."""
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = str(dtype)
+    which types are taken when it has none (None too, which NumPy would read as float64)."""
+    name = _name(dtype)
     if name not in FLOATS:
         raise TypeError(f"dtype must be {TAKEN}, got {name}")
     return FLOATS[name]
@@ -66,7 +61,16 @@ def float_type(dtype):
 def require(dtype, what, user):
     """``float_type`` for an argument: TypeError "``what`` has dtype ...; ``user`` takes
     float32 or float64"."""
-    name = np.dtype(dtype).name
+    name = _name(dtype)
     if name not in FLOATS:
         raise TypeError(f"{what} has dtype {name}; {user} takes {TAKEN}")
     return FLOATS[name]
+
+
+def _name(dtype):
+    if dtype is None:
+        return "None"
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)

@@ -32,3 +32,8 @@ def test_a_type_not_in_the_table_is_named_with_the_types_taken(bad):
         kernels.attention(x, x, x)
     with pytest.raises(TypeError, match="dtype must be float32 or float64"):
         kernels.KVCache(heads=1, head_dim=8, dtype=bad)
+
+
+def test_none_is_not_a_dtype():
+    with pytest.raises(TypeError, match="dtype must be float32 or float64, got None"):
+        dtypes.float_type(None)     # np.dtype(None) would be float64
