@@ -77,7 +77,7 @@ def _output_folder(path):
 
 
 @contextlib.contextmanager
-def _staged_output(path, carry=()):
+def _staged_output(path):
     """The output folder ``path`` checked (``_output_folder``), then an ``output.Staging``
     inside it for the command to write into: its files move into ``path`` only when the
     command succeeds; on failure ``path`` is left as it was, and removed again (with any
@@ -90,7 +90,7 @@ def _staged_output(path, carry=()):
             with contextlib.suppress(OSError):
                 made.rmdir()
         raise
-    with output.staged(folder, created=created, carry=carry) as staging:
+    with output.staged(folder, created=created) as staging:
         yield staging
 
 
@@ -201,21 +201,15 @@ def cmd_bench(args):
 
 def cmd_report(args):
     from .report import keep_machine, write_report  # matplotlib only when a report is asked for
-    from .report.machines import KEPT
 
     # no results, or a malformed file: ValueError or OSError, one line from main.  The
-    # report reads the machines kept in OUT/machines/ and --keep-machine prunes them:
-    # carried into the staging folder, and back.
-    with _staged_output(args.out, carry=(KEPT,)) as staging:
-        report = write_report(args.results, staging.folder)
-        # an unreadable kept file is named by its path: the one it will have, not the staged one
-        text = report.read_text(encoding="utf-8")
-        if str(staging.folder) in text:
-            output.write_text(report, text.replace(str(staging.folder), str(staging.target)))
-        kept = keep_machine(args.results, staging.folder, args.keep_machine) if args.keep_machine else None
+    # report reads the machines kept in OUT/machines/ where they are; --keep-machine then
+    # adds this machine's newest run there, each file written whole.
+    with _staged_output(args.out) as staging:
+        report = write_report(args.results, staging.folder, kept_dir=staging.target)
     print(f"wrote {staging.final(report)}")
-    if kept:
-        print(f"kept {staging.final(kept)}")
+    if args.keep_machine:
+        print(f"kept {keep_machine(args.results, staging.target, args.keep_machine)}")
     return 0
 
 

@@ -102,7 +102,7 @@ class Staging:
 
 
 @contextlib.contextmanager
-def staged(target, *, created=(), carry=()):
+def staged(target, *, created=()):
     """Yield a ``Staging`` whose ``folder``, a new hidden folder inside the existing folder
     ``target``, the command writes its outputs into.
 
@@ -114,23 +114,12 @@ def staged(target, *, created=(), carry=()):
     this command, deepest first: ``missing_folders`` before the mkdir) is removed again if
     it is empty, so a failure leaves no empty folder behind.  Only a killed process leaves
     the staging folder (".attnbench-staging-*") behind.
-
-    ``carry``: names of files or subfolders of ``target`` the command reads and may change
-    or prune (the report's kept ``machines/``).  They are copied into the staging folder
-    first; on success the target's copy becomes the staged one, files the command removed
-    from the staged copy removed from ``target`` as well.
     """
     target = pathlib.Path(target)
     folder = pathlib.Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target))
     try:
-        for name in carry:
-            source = target / name
-            if source.is_dir():
-                shutil.copytree(source, folder / name)
-            elif source.is_file():
-                shutil.copy2(source, folder / name)
         yield Staging(folder, target)
-        _move_into(folder, target, carry)
+        _move_into(folder, target)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         for made in created:
@@ -140,23 +129,12 @@ def staged(target, *, created=(), carry=()):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _move_into(folder, target, carry):
-    """Every file under ``folder`` onto its namesake under ``target``; then, under each
-    ``carry`` name, the target's files that are no longer in ``folder`` removed."""
-    staged_files = sorted(path for path in folder.rglob("*") if not path.is_dir())
-    for path in staged_files:
+def _move_into(folder, target):
+    """Every file under ``folder`` onto its namesake under ``target``."""
+    for path in sorted(path for path in folder.rglob("*") if not path.is_dir()):
         destination = target / path.relative_to(folder)
         destination.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, destination)
-    kept = {path.relative_to(folder) for path in staged_files}
-    for name in carry:
-        carried = target / name
-        if carried.is_dir():
-            for path in sorted(carried.rglob("*")):
-                if not path.is_dir() and path.relative_to(target) not in kept:
-                    path.unlink()
-        elif carried.is_file() and pathlib.Path(name) not in kept:
-            carried.unlink()
 
 
 # -- figures ------------------------------------------------------------------------------

@@ -291,22 +291,6 @@ def test_a_failed_staged_command_removes_the_folders_it_made(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_carried_files_come_back_with_what_the_command_removed_removed(tmp_path):
-    kept = tmp_path / "machines" / "box"
-    kept.mkdir(parents=True)
-    (kept / "old.json").write_text("older")
-    (kept / "machine.json").write_text("box")
-    (tmp_path / "machines" / "other.json").write_text("another machine")
-    with output.staged(tmp_path, carry=("machines", "absent")) as staging:
-        carried = staging.folder / "machines" / "box"
-        assert (carried / "old.json").read_text() == "older"  # the command can read them
-        (carried / "old.json").unlink()
-        (carried / "new.json").write_text("newer")
-    assert folder_state(tmp_path / "machines") == {"box/machine.json": b"box", "box/new.json": b"newer",
-                                                   "other.json": b"another machine"}
-    assert [path.name for path in tmp_path.iterdir()] == ["machines"]
-
-
 def test_explain_refuses_a_kernel_that_cannot_run_the_page_before_making_anything(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(explain, "write_explanation", lambda *args, **kwargs: pytest.fail("computed"))
     out = tmp_path / "page"
@@ -368,7 +352,7 @@ def test_explain_moves_the_page_into_place_once_written(capsys, monkeypatch, old
 def test_a_failed_report_leaves_the_existing_reports_as_they_were(capsys, monkeypatch, old_output):
     import kernels.report
 
-    monkeypatch.setattr(kernels.report, "write_report", lambda results, out_dir: half_then_fail(out_dir))
+    monkeypatch.setattr(kernels.report, "write_report", lambda results, out_dir, **_: half_then_fail(out_dir))
     before = folder_state(old_output)
     status, _, error = run_main(capsys, "report", "--results", str(FIXTURE), "--out", str(old_output))
     assert status == 1 and error == "attnbench report: failed half-way"

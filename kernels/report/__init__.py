@@ -57,8 +57,11 @@ SECTIONS = (
 )
 
 
-def write_report(results_dir=".asv/results", out_dir="reports"):
+def write_report(results_dir=".asv/results", out_dir="reports", kept_dir=None):
     """Write REPORT.md, the PNG plots and the CSV tables into ``out_dir``; return REPORT.md's path.
+    The machines kept by earlier runs are read from ``kept_dir`` (default: ``out_dir``),
+    the folder holding machines/: the command line writes into a staging folder and reads
+    them where they are.
 
     Every file is written whole (``kernels.output.write_whole``): an interrupted report
     leaves each file as it was or as it is now, never half written.  Raises
@@ -66,7 +69,7 @@ def write_report(results_dir=".asv/results", out_dir="reports"):
     ``results.ResultsError`` (a ValueError) naming a file when none of them can be read.
     """
     out_dir = pathlib.Path(out_dir)
-    run = with_kept_runs(load_latest_run(results_dir), out_dir)
+    run = with_kept_runs(load_latest_run(results_dir), out_dir if kept_dir is None else kept_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paragraphs = [TITLE]
     for make in SECTIONS:
