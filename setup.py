@@ -13,6 +13,8 @@ setup(
     cffi_modules=["csrc/build_attention.py:ffibuilder"],
     install_requires=[
         "numpy>=1.24",
+        # bfloat16 as a NumPy dtype, with correctly rounded casts (the one JAX uses)
+        "ml_dtypes>=0.5",
         # the SIMD helpers (kernels/rungs/rung3_numba_simd.py) build their intrinsics on Numba internals
         # (make_array, populate_array, cgutils.alloca_once) that may change between
         # releases: tested with 0.68.1 only, so its series (which pins llvmlite 0.50)

@@ -1,5 +1,6 @@
-/* attnbench C kernel: public entry points, SIMD path selection, and the two instances
-   (float, double) of the tiled online-softmax driver in flash_driver_template.h.
+/* attnbench C kernel: public entry points, SIMD path selection, and the four instances
+   (float, double, and bfloat16 and float16 computed in float) of the tiled online-softmax
+   driver in flash_driver_template.h.
 
    Tile sizes (query rows × keys per tile, per thread; defined in tiles.h). Swept with
    csrc/sweep_tiles.py on the AVX-512 path (1 thread, 2 heads, n = 4096, d = 64, GFLOP/s of
@@ -72,6 +73,7 @@ static int64_t visible_keys(const struct shape *sh, int64_t i)
 
 static const struct tile_ops_f32 *ops_f32 = &tile_ops_generic_f32;
 static const struct tile_ops_f64 *ops_f64 = &tile_ops_generic_f64;
+static const struct widen_ops *widen = &widen_generic;
 
 /* Whether the CPU has the features a path's functions are compiled for (their target
    attributes; every AVX-512F CPU also has FMA). */
@@ -81,10 +83,11 @@ static int cpu_has_avx512(void)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
 }
 
+/* F16C too, for the float16 widening (every AVX2 CPU so far has it) */
 static int cpu_has_avx2_fma(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
 static int cpu_has_any(void) { return 1; }
@@ -95,10 +98,11 @@ static const struct isa_path {
     int (*cpu_runs)(void);
     const struct tile_ops_f32 *f32;
     const struct tile_ops_f64 *f64;
+    const struct widen_ops *widen;
 } isa_paths[] = {
-    {"avx512", cpu_has_avx512, &tile_ops_avx512_f32, &tile_ops_avx512_f64},
-    {"avx2-fma", cpu_has_avx2_fma, &tile_ops_avx2_f32, &tile_ops_avx2_f64},
-    {"generic", cpu_has_any, &tile_ops_generic_f32, &tile_ops_generic_f64},
+    {"avx512", cpu_has_avx512, &tile_ops_avx512_f32, &tile_ops_avx512_f64, &widen_avx512},
+    {"avx2-fma", cpu_has_avx2_fma, &tile_ops_avx2_f32, &tile_ops_avx2_f64, &widen_avx2},
+    {"generic", cpu_has_any, &tile_ops_generic_f32, &tile_ops_generic_f64, &widen_generic},
 };
 
 /* "auto" takes the first path the CPU runs; a name, that path if the CPU runs it. */
@@ -116,6 +120,7 @@ int attn_select_isa(const char *name)
         }
         ops_f32 = path->f32;
         ops_f64 = path->f64;
+        widen = path->widen;
         return 0;
     }
     return -1;
@@ -131,24 +136,51 @@ __attribute__((constructor)) static void select_default_isa(void)
     attn_select_isa("auto");
 }
 
+/* One instance per input type. The float32 and float64 ones read their inputs in place;
+   the 16-bit ones widen each tile to float first and then run the float32 instance's tile
+   operations, so they compute exactly what float32 would on the widened inputs; their
+   output is float, which the caller rounds. */
+#define WIDENS 0
 #define real float
+#define elem float
 #define SUFFIX(name) name##_f32
+#define TILE_OPS_T struct tile_ops_f32
 #define QUERY_TILE ATTN_F32_QUERY_TILE
 #define KEY_TILE ATTN_F32_KEY_TILE
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)   /* Sᵀ rows per panel */
 #define ACTIVE_OPS ops_f32
 #define EXP expf
 #include "flash_driver_template.h"
+#undef SUFFIX
+#undef elem
+#undef WIDENS
+#define WIDENS 1
+#define elem uint16_t
+#define SUFFIX(name) name##_bf16
+#define WIDEN widen->bf16
+#include "flash_driver_template.h"
+#undef SUFFIX
+#undef WIDEN
+#define SUFFIX(name) name##_f16
+#define WIDEN widen->f16
+#include "flash_driver_template.h"
+#undef WIDEN
+#undef WIDENS
+#undef elem
 #undef EXP
 #undef real
 #undef SUFFIX
+#undef TILE_OPS_T
 #undef QUERY_TILE
 #undef KEY_TILE
 #undef KEY_CAP
 #undef ACTIVE_OPS
 
+#define WIDENS 0
 #define real double
+#define elem double
 #define SUFFIX(name) name##_f64
+#define TILE_OPS_T struct tile_ops_f64
 #define QUERY_TILE ATTN_F64_QUERY_TILE
 #define KEY_TILE ATTN_F64_KEY_TILE
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)

@@ -15,8 +15,17 @@ int attn_forward_f32(const float *q, const float *k, const float *v, float *out,
 int attn_forward_f64(const double *q, const double *k, const double *v, double *out,
                      int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
                      int causal, double scale, int n_threads);
+/* The 16-bit types, given as their bits (bfloat16, IEEE float16): widened exactly to float a
+   tile at a time and computed as attn_forward_f32 computes; out is float (round it to the
+   16-bit type at the end, once). */
+int attn_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out,
+                      int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
+                      int causal, float scale, int n_threads);
+int attn_forward_f16(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out,
+                     int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
+                     int causal, float scale, int n_threads);
 
-/* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL), AVX2+FMA, generic),
+/* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL), AVX2+FMA+F16C, generic),
    "avx512", "avx2", "generic". Returns 0, or -1 for an unknown name or an ISA the CPU lacks. */
 int attn_select_isa(const char *name);
 const char *attn_active_isa(void);   /* "avx512", "avx2-fma" or "generic" */

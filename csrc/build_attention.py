@@ -36,6 +36,7 @@ SOURCES = [
     "csrc/tile_ops_avx2_f64.c",
     "csrc/tile_ops_avx512_f32.c",
     "csrc/tile_ops_avx512_f64.c",
+    "csrc/widen.c",
 ]
 DEPENDS = [
     "csrc/attention.h",

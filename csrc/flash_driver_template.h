@@ -1,10 +1,15 @@
 /* The tiled attention algorithm with the online softmax: a template, without include
    guards, that attention.c includes once per precision with these defined:
-     real                   float or double
-     SUFFIX(name)           name##_f32 or name##_f64
+     real                   float or double: the type computed in, and the output's
+     elem                   the inputs' element type: real, or uint16_t (the bits of a
+                            bfloat16 or float16, which real = float computes)
+     WIDENS                 1 when elem is 16-bit: each tile of the inputs is first widened
+                            to real by WIDEN(x, n, y) (a struct widen_ops function), 0 else
+     SUFFIX(name)           name##_f32, _f64, _bf16 or _f16
+     TILE_OPS_T             struct tile_ops_f32 or struct tile_ops_f64
      QUERY_TILE, KEY_TILE   tile sizes (query rows, keys)
      KEY_CAP                Sᵀ rows per panel: KEY_TILE rounded up to KEY_BLOCK
-     ACTIVE_OPS             the selected const struct SUFFIX(tile_ops) *
+     ACTIVE_OPS             the selected const TILE_OPS_T *
      EXP                    expf or exp
 
    For every (head, query tile) and every key tile the query tile can see
@@ -27,14 +32,14 @@
      m = max m_c, out = Σ exp(m_c − m) acc_c / Σ exp(m_c − m) l_c    merge_chunks */
 
 struct SUFFIX(scratch) {
-    real *qt, *st, *ot, *m, *l, *alpha, *kp, *vp;
+    real *qt, *st, *ot, *m, *l, *alpha, *kp, *vp, *staging;
     int32_t *visible, *panel_keys;
     void *block;
 };
 
 /* One 64-byte aligned block per thread, carved into the tile buffers; block is NULL on failure. */
 static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape *sh,
-                                  const struct SUFFIX(tile_ops) *ops)
+                                  const TILE_OPS_T *ops)
 {
     const int64_t rows = round_up(QUERY_TILE, ops->query_panel);
     const size_t sizes[] = {
@@ -48,6 +53,10 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
         cache_lines(rows * sizeof(int32_t)),                               /* panel_keys */
         cache_lines(KEY_CAP * sh->d * sizeof(real)),                       /* kp */
         cache_lines(KEY_CAP * round_up(sh->d_v, COL_BLOCK) * sizeof(real)),   /* vp */
+        /* staging: a 16-bit tile of Q, K or V widened, before it is packed */
+        cache_lines(WIDENS * (size_t)(rows * sh->d > KEY_CAP * (sh->d > sh->d_v ? sh->d : sh->d_v)
+                                      ? rows * sh->d : KEY_CAP * (sh->d > sh->d_v ? sh->d : sh->d_v))
+                    * sizeof(real)),
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -65,7 +74,22 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     sc->visible = (int32_t *)block;      block += sizes[6];
     sc->panel_keys = (int32_t *)block;   block += sizes[7];
     sc->kp = (real *)block;          block += sizes[8];
-    sc->vp = (real *)block;
+    sc->vp = (real *)block;          block += sizes[9];
+    sc->staging = (real *)block;
+}
+
+/* count elements of an input from x, as real: x itself, or (16-bit inputs) x widened into
+   staging, which must hold count values */
+static const real *SUFFIX(as_real)(const elem *x, int64_t count, real *staging)
+{
+#if WIDENS
+    WIDEN(x, count, staging);
+    return staging;
+#else
+    (void)count;
+    (void)staging;
+    return x;
+#endif
 }
 
 /* qt (rows_pad / panel, d, panel) = Qᵀ of query rows [0, rows), zero columns after */
@@ -140,8 +164,8 @@ static void SUFFIX(mask_causal)(real *st, const int32_t *visible, const int32_t 
 }
 
 /* out rows [i0, i0 + rows) of one head, from all the keys they see */
-static void SUFFIX(attend_query_tile)(const struct SUFFIX(tile_ops) *ops, const struct shape *sh,
-                                      real scale, const real *q, const real *k, const real *v,
+static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape *sh,
+                                      real scale, const elem *q, const elem *k, const elem *v,
                                       real *out, int64_t i0, int64_t rows,
                                       const struct SUFFIX(scratch) *sc)
 {
@@ -152,7 +176,7 @@ static void SUFFIX(attend_query_tile)(const struct SUFFIX(tile_ops) *ops, const 
        are skipped. */
     const int64_t key_end = sh->causal ? min_i64(sh->n_k, i0 + rows + sh->causal_offset) : sh->n_k;
 
-    SUFFIX(pack_qt)(q + i0 * d, rows, rows_pad, d, panel, sc->qt);
+    SUFFIX(pack_qt)(SUFFIX(as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
     for (int64_t r = 0; r < rows_pad; r++) {
         sc->m[r] = -INFINITY;
         sc->l[r] = 0;
@@ -164,13 +188,13 @@ static void SUFFIX(attend_query_tile)(const struct SUFFIX(tile_ops) *ops, const 
         const int diagonal = SUFFIX(count_visible)(sh, i0, j0, keys, rows_pad, panel,
                                                    sc->visible, sc->panel_keys);
 
-        SUFFIX(pack_k)(k + j0 * d, keys, d, sc->kp);
-        SUFFIX(pack_v)(v + j0 * d_v, keys, d_v, sc->vp);
+        SUFFIX(pack_k)(SUFFIX(as_real)(k + j0 * d, keys * d, sc->staging), keys, d, sc->kp);
+        SUFFIX(pack_v)(SUFFIX(as_real)(v + j0 * d_v, keys * d_v, sc->staging), keys, d_v, sc->vp);
         /* the next key tile's K and V rows, contiguous in the input, fetched into L2 a
            slice per panel while this tile computes, so that packing them finds them there */
         const int64_t next_keys = min_i64(KEY_TILE, key_end - j0 - keys);
-        const size_t next_k_bytes = next_keys > 0 ? next_keys * d * sizeof(real) : 0;
-        const size_t next_v_bytes = next_keys > 0 ? next_keys * d_v * sizeof(real) : 0;
+        const size_t next_k_bytes = next_keys > 0 ? next_keys * d * sizeof(elem) : 0;
+        const size_t next_v_bytes = next_keys > 0 ? next_keys * d_v * sizeof(elem) : 0;
         /* One panel at a time through all three steps, so that its Sᵀ (KEY_CAP × panel) is
            still in L1 when the softmax and P V read it. A panel that sees none of the keys
            would keep its state unchanged: skipped. */
@@ -205,10 +229,11 @@ static void SUFFIX(attend_query_tile)(const struct SUFFIX(tile_ops) *ops, const 
 /* partial (n_q, d_v + 2): the state of each query row of one head over the keys [j0, j1) of
    one chunk that the row sees, in blocks of DECODE_KEY_BLOCK keys (each K and V row is read
    from memory once; the other rows find it in cache). Rows that see none of the chunk are
-   left unwritten: merge_chunks does not read them. */
-static void SUFFIX(attend_key_chunk)(const struct SUFFIX(tile_ops) *ops, const struct shape *sh,
-                                     real scale, const real *q, const real *k, const real *v,
-                                     int64_t j0, int64_t j1, real *partial)
+   left unwritten: merge_chunks does not read them. staging holds SUFFIX(decode_staging)
+   values: the head's queries and a block's K and V rows, widened (16-bit inputs). */
+static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *sh,
+                                     real scale, const elem *q, const elem *k, const elem *v,
+                                     int64_t j0, int64_t j1, real *partial, real *staging)
 {
     const int64_t d = sh->d, d_v = sh->d_v, stride = d_v + PARTIAL_ACC;
     _Static_assert(DECODE_KEY_BLOCK % ROW_KEY_PAD == 0, "online_softmax_row pads s to ROW_KEY_PAD");
@@ -219,17 +244,32 @@ static void SUFFIX(attend_key_chunk)(const struct SUFFIX(tile_ops) *ops, const s
         state[PARTIAL_L] = 0;
         memset(state + PARTIAL_ACC, 0, d_v * sizeof(real));
     }
-    for (int64_t jb = j0; jb < j1; jb += DECODE_KEY_BLOCK)
+    const real *q_rows = SUFFIX(as_real)(q, sh->n_q * d, staging);
+    for (int64_t jb = j0; jb < j1; jb += DECODE_KEY_BLOCK) {
+        /* the block's keys the last row sees, the most any row sees */
+        const int64_t block_end = min_i64(min_i64(j1, jb + DECODE_KEY_BLOCK), visible_keys(sh, sh->n_q - 1));
+        if (block_end <= jb)
+            break;
+        const real *k_rows = SUFFIX(as_real)(k + jb * d, (block_end - jb) * d, staging + sh->n_q * d);
+        const real *v_rows = SUFFIX(as_real)(v + jb * d_v, (block_end - jb) * d_v,
+                                             staging + (sh->n_q + DECODE_KEY_BLOCK) * d);
         for (int64_t r = 0; r < sh->n_q; r++) {
             /* the block's keys row r sees: a masked key is never read, not even with weight 0 */
-            const int64_t keys = min_i64(min_i64(j1, jb + DECODE_KEY_BLOCK), visible_keys(sh, r)) - jb;
+            const int64_t keys = min_i64(block_end, visible_keys(sh, r)) - jb;
             if (keys <= 0)
                 continue;
             real *state = partial + r * stride;
-            ops->qk_row(k + jb * d, keys, d, q + r * d, scale, s);           /* s = scale · K q */
+            ops->qk_row(k_rows, keys, d, q_rows + r * d, scale, s);           /* s = scale · K q */
             const real alpha = ops->online_softmax_row(s, keys, state + PARTIAL_M, state + PARTIAL_L);
-            ops->pv_row(s, v + jb * d_v, keys, d_v, alpha, state + PARTIAL_ACC);   /* acc = alpha acc + pᵀV */
+            ops->pv_row(s, v_rows, keys, d_v, alpha, state + PARTIAL_ACC);   /* acc = alpha acc + pᵀV */
         }
+    }
+}
+
+/* The values attend_key_chunk's staging holds: 0 unless the inputs are 16-bit. */
+static int64_t SUFFIX(decode_staging)(const struct shape *sh)
+{
+    return WIDENS * (sh->n_q * sh->d + DECODE_KEY_BLOCK * (sh->d + sh->d_v));
 }
 
 /* out_row (d_v) of query r from the partial states of the chunks it sees keys of, the first
@@ -263,23 +303,23 @@ static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t r, int64_t key_
 
 /* One split-KV call: its (head, key chunk) tasks, then its (head, query row) merges. */
 struct SUFFIX(split_kv_loop) {
-    const struct SUFFIX(tile_ops) *ops;
+    const TILE_OPS_T *ops;
     const struct shape *sh;
     real scale;
-    const real *q, *k, *v;
-    real *out, *partial;
+    const elem *q, *k, *v;
+    real *out, *partial, *staging;   /* staging: decode_staging values per worker */
     int64_t key_chunk, chunks, chunk_stride, row_stride;
 };
 
 static void SUFFIX(key_chunk_task)(void *context, int64_t w, int32_t worker)
 {
-    (void)worker;
     const struct SUFFIX(split_kv_loop) *loop = context;
     const struct shape *sh = loop->sh;
     const int64_t h = w / loop->chunks, j0 = w % loop->chunks * loop->key_chunk;
     SUFFIX(attend_key_chunk)(loop->ops, sh, loop->scale, loop->q + h * sh->n_q * sh->d,
                              loop->k + h * sh->n_k * sh->d, loop->v + h * sh->n_k * sh->d_v, j0,
-                             min_i64(sh->n_k, j0 + loop->key_chunk), loop->partial + w * loop->chunk_stride);
+                             min_i64(sh->n_k, j0 + loop->key_chunk), loop->partial + w * loop->chunk_stride,
+                             loop->staging + worker * SUFFIX(decode_staging)(sh));
 }
 
 static void SUFFIX(merge_task)(void *context, int64_t w, int32_t worker)
@@ -295,8 +335,8 @@ static void SUFFIX(merge_task)(void *context, int64_t w, int32_t worker)
 /* The split-KV path for all heads: (head, key chunk) tasks, then (head, query row) merges.
    Chunks: about four tasks per thread over all heads (as for the query tiles below), none
    shorter than DECODE_MIN_CHUNK keys. Returns nonzero if the partials could not be allocated. */
-static int SUFFIX(attend_split_kv)(const struct SUFFIX(tile_ops) *ops, const struct shape *sh,
-                                   real scale, const real *q, const real *k, const real *v,
+static int SUFFIX(attend_split_kv)(const TILE_OPS_T *ops, const struct shape *sh,
+                                   real scale, const elem *q, const elem *k, const elem *v,
                                    real *out, int64_t batch, int32_t threads)
 {
     const int64_t chunks_per_head = ceil_div(4 * threads, batch);
@@ -305,12 +345,15 @@ static int SUFFIX(attend_split_kv)(const struct SUFFIX(tile_ops) *ops, const str
                                        DECODE_KEY_BLOCK);
     const int64_t chunks = ceil_div(sh->n_k, key_chunk);
     const int64_t row_stride = sh->d_v + PARTIAL_ACC, chunk_stride = sh->n_q * row_stride;
-    real *partial = malloc((size_t)(batch * chunks * chunk_stride) * sizeof(real));
+    /* the partial states, then each worker's staging */
+    real *partial = malloc((size_t)(batch * chunks * chunk_stride + threads * SUFFIX(decode_staging)(sh))
+                           * sizeof(real));
     if (!partial)
         return 1;
     struct SUFFIX(split_kv_loop) loop = {
         .ops = ops, .sh = sh, .scale = scale, .q = q, .k = k, .v = v, .out = out,
-        .partial = partial, .key_chunk = key_chunk, .chunks = chunks,
+        .partial = partial, .staging = partial + batch * chunks * chunk_stride,
+        .key_chunk = key_chunk, .chunks = chunks,
         .chunk_stride = chunk_stride, .row_stride = row_stride,
     };
     pool_run(batch * chunks, threads, SUFFIX(key_chunk_task), &loop);
@@ -322,10 +365,10 @@ static int SUFFIX(attend_split_kv)(const struct SUFFIX(tile_ops) *ops, const str
 
 /* One call of the query-tile path: its (head, query tile) tasks, heaviest first. */
 struct SUFFIX(tile_loop) {
-    const struct SUFFIX(tile_ops) *ops;
+    const TILE_OPS_T *ops;
     const struct shape *sh;
     real scale;
-    const real *q, *k, *v;
+    const elem *q, *k, *v;
     real *out;
     int64_t batch, tiles, query_tile;
     struct SUFFIX(scratch) *scratch;   /* one per worker, allocated on its first task */
@@ -352,11 +395,11 @@ static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
                               min_i64(loop->query_tile, sh->n_q - i0), sc);
 }
 
-int SUFFIX(attn_forward)(const real *q, const real *k, const real *v, real *out,
+int SUFFIX(attn_forward)(const elem *q, const elem *k, const elem *v, real *out,
                          int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
                          int causal, real scale, int n_threads)
 {
-    const struct SUFFIX(tile_ops) *ops = ACTIVE_OPS;
+    const TILE_OPS_T *ops = ACTIVE_OPS;
     const struct shape sh = make_shape(n_q, n_k, d, d_v, causal);
     /* 2 · batch · n_q · n_k · (d + d_v) flops, causal or not */
     const int32_t threads = pool_threads_for(n_threads, 2.0 * batch * n_q * n_k * (double)(d + d_v));

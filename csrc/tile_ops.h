@@ -94,6 +94,14 @@ struct tile_ops_f64 {
                    double *acc);
 };
 
+/* y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16 or a float16 (widen.c):
+   how the 16-bit entry points read their inputs, a tile at a time. */
+struct widen_ops {
+    void (*bf16)(const uint16_t *x, int64_t n, float *y);
+    void (*f16)(const uint16_t *x, int64_t n, float *y);
+};
+
+extern const struct widen_ops widen_generic, widen_avx2, widen_avx512;
 extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32, tile_ops_avx512_f32;
 extern const struct tile_ops_f64 tile_ops_generic_f64, tile_ops_avx2_f64, tile_ops_avx512_f64;
 

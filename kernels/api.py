@@ -47,7 +47,20 @@ class Problem:
 
     @property
     def output_bytes(self):
-        return self.batch * self.n_q * self.d_v * self.dtype.itemsize
+        """Bytes of the output, and of the buffer a kernel writes it to first when its type
+        is computed in a wider one (the 16-bit types: float32, rounded once at the end)."""
+        compute = dtypes.float_type(self.dtype).compute
+        wider = compute.itemsize if compute != self.dtype else 0
+        return self.batch * self.n_q * self.d_v * (self.dtype.itemsize + wider)
+
+    @property
+    def widened_input_bytes(self):
+        """Bytes of q, k and v as whole copies in the compute type, for a kernel that widens
+        16-bit inputs so (0 when the inputs are of the compute type already)."""
+        compute = dtypes.float_type(self.dtype).compute
+        if compute == self.dtype:
+            return 0
+        return self.input_bytes // self.dtype.itemsize * compute.itemsize
 
 
 class ExtensionNotBuilt(ImportError):
@@ -135,8 +148,9 @@ def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0):
             f"use 'numpy', 'numba_tiled' or 'c_tiled'"
         )
     workspace = kernel.workspace_bytes(
-        problem.batch, problem.n_q, problem.n_k, problem.d, problem.d_v, problem.dtype.itemsize, problem.causal
-    )
+        problem.batch, problem.n_q, problem.n_k, problem.d, problem.d_v,
+        dtypes.float_type(problem.dtype).compute.itemsize, problem.causal,
+    ) + (problem.widened_input_bytes if kernel.widens_inputs else 0)
 
     def shortfall(needed, available):
         tiled = ", ".join(
@@ -173,7 +187,9 @@ def require_memory(needed, shortfall, *, headroom_bytes=0):
 def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
     """softmax(scale · q kᵀ) v over the last two axes, by the kernel named ``kernel``.
 
-    q (..., n_q, d), k (..., n_k, d), v (..., n_k, d_v) -> (..., n_q, d_v), same dtype.
+    q (..., n_q, d), k (..., n_k, d), v (..., n_k, d_v) -> (..., n_q, d_v), same dtype:
+    float32, float64, bfloat16 or float16.  The 16-bit types are computed in float32 (the
+    scores, softmax and sums) and the result rounded once to the inputs' type.
     ``causal``: query i sees keys j <= i + (n_k - n_q); a query that sees none gives 0.
     ``scale`` defaults to 1/sqrt(d).  Inputs are never modified.
     """
@@ -188,9 +204,10 @@ def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
     check_resources(record, problem, copies)
     run = record.run  # imports the rung (ExtensionNotBuilt, say) before anything is allocated
     q3, k3, v3 = (_as_batched(a, shape, record.contiguous) for a, shape in flat)
-    out = np.empty((problem.batch, problem.n_q, problem.d_v), problem.dtype)
+    compute = dtypes.float_type(problem.dtype).compute
+    out = np.empty((problem.batch, problem.n_q, problem.d_v), compute)
     run(q3, k3, v3, out, problem.causal, problem.scale)
-    return out.reshape(problem.out_shape)
+    return out.astype(problem.dtype, copy=False).reshape(problem.out_shape)
 
 
 def _needs_copy(array, shape, contiguous):

@@ -12,13 +12,13 @@ whatever grid the results hold, so it does not look at ``QUICK``.
 import os
 from dataclasses import dataclass
 
-from .dtypes import FLOATS, NAMES as FLOAT_NAMES
+from .dtypes import FLOATS, WIDE
 from .registry import PEER_NAMES
 
 QUICK = os.environ.get("ATTNBENCH_QUICK") == "1"
 
 HEAD_DIM = 64                        # d (and d_v) in every benchmark
-DTYPES = FLOAT_NAMES
+DTYPES = WIDE                        # every grid's types (the 16-bit ones: HALF_DTYPES)
 ITEMSIZE = {row.name: row.itemsize for row in FLOATS.values()}
 PEER = "torch_sdpa"                  # the peer the multi-head, model and decode sections compare with
 TILED = ("numba_tiled", "c_tiled")   # the rungs timed side by side against baselines
@@ -149,6 +149,9 @@ _CONTEXT = ("kernel", "shape", "context")
 CONTEXT_OVER_ALONE = Benchmark("bench_context.InContext.track_over_alone", _CONTEXT)
 CONTEXT_OVER_ONE_THREAD = Benchmark("bench_context.InContext.track_over_one_thread", _CONTEXT)
 MODEL_OVER_NUMPY = Benchmark("bench_model.ModelForwardOverNumpy.track_time_over_numpy", ("kernel", "seq_len"))
+# Read by no report section yet, so not in BENCHMARKS (whose every entry the report must read
+# and its fixture declare: tests/test_bench_spec.py); tests/test_half_fidelity.py checks it.
+HALF_FIDELITY = Benchmark("bench_half.HalfFidelity.track_min_cosine", ("kernel", "dtype"))
 
 # Every benchmark the report reads, in the order its sections use them.
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP,

@@ -205,11 +205,12 @@ def _extension():
 
 
 def _bits(dtype):
-    """32 or 64, the bits of a float32 or float64 ``dtype``; TypeError for any other."""
+    """32 or 64, the bits of the type ``dtype`` is computed in (float32 for the 16-bit
+    types); TypeError for a type not in the table."""
     name = np.dtype(dtype).name
     if name not in dtypes.FLOATS:
         raise TypeError(f"the ceilings are measured for {dtypes.TAKEN}, not {name}")
-    return dtypes.FLOATS[name].itemsize * 8
+    return dtypes.FLOATS[name].compute.itemsize * 8
 
 
 def _threads(requested):

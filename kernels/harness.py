@@ -1,7 +1,9 @@
 """The verification harness: one case list, one comparison, one budget rule.
 
-Every registered kernel is run through the same ``CASES`` at float32 and float64
-and compared with ``reference_attention`` (float64).  The error of one element is
+Every registered kernel is run through the same ``CASES`` in every type of
+``kernels.dtypes`` (float32, float64, bfloat16, float16) and compared with
+``reference_attention`` in float64 of the same inputs (a 16-bit input widens to float64
+exactly).  The error of one element is
 
     |out - ref| / (|ref| + max|v|)
 
@@ -12,9 +14,9 @@ NaN must appear exactly where the reference has NaN; equal infinities count as e
 Budgets, from the dtype's row of ``kernels.dtypes``:
   float64 (the reference's own type): 1e-10, about 10^6 roundings of float64's 1.1e-16
   (n_k-term sums, exp).
-  float32 (any other type): the largest of three terms, u being its unit roundoff (2^-24):
+  float32: the largest of three terms, u being its unit roundoff (2^-24):
     - twice the error of a plain NumPy computation of the same case (the reference
-      evaluated in the row's ``plain`` type): no worse than the obvious float32 program;
+      evaluated in float32): no worse than the obvious float32 program;
     - 8 u ≈ 4.8e-7, so that cases the plain path happens to get exactly (n = 1) do not
       demand better than rounding the result;
     - 2 u · max_ij |scale| Σ_c |q_ic| |k_jc|: what rounding every score once costs.  A
@@ -24,6 +26,14 @@ Budgets, from the dtype's row of ``kernels.dtypes``:
       accurate as plain float32 on average but, by the luck of the roundings, can land
       3-4x above it on one seed; this first-order bound holds on every seed (measured:
       the kernels reach at most 0.82 u · max Σ|q||k| over 320 seeded cases, logits x1-x30).
+  bfloat16, float16 (computed in float32, their row's ``compute``): the float32 budget of
+  the same inputs (widened exactly), plus 2 u of the 16-bit type (bfloat16 2^-8, float16
+  2^-11: 7.8e-3 and 9.8e-4 in all) for the two roundings a kernel may make in it: the
+  output (at most u/2 of max|v|, the error's denominator) and the probabilities P before
+  P·V, as PyTorch's bfloat16 kernel does (each weight within u of its value, so out_i
+  within u · max|v| of Σ_j p_ij v_j / l_i).  A kernel that rounds its scores to the
+  16-bit type fails the large-logit cases, and one that drops a key of 50 fails too
+  (both held in tests/test_harness.py).
 Used by the tests and by ``python -m kernels verify``.
 """
 import functools
@@ -40,7 +50,8 @@ from .registry import KERNELS
 
 DTYPES = tuple(row.dtype.type for row in FLOATS.values())
 REFERENCE_BUDGET = 1e-10   # a kernel computing in the reference's own precision (float64)
-FLOOR_ROUNDINGS = 8        # the budget's floor, in unit roundoffs of the kernel's type
+FLOOR_ROUNDINGS = 8        # the budget's floor, in unit roundoffs of the type computed in
+HALF_ROUNDINGS = 2         # what a kernel may round in a 16-bit type: P and the output
 
 
 @dataclass(frozen=True)
@@ -167,25 +178,36 @@ def _compare(out, ref, v, budget):
 
 def error_budget(case, dtype, inputs, ref):
     """The tolerance of ``case`` at ``dtype``; see the module docstring for why.  Each
-    term comes from the dtype table's row: its unit roundoff u and the type its plain
-    NumPy counterpart computes in."""
+    term comes from the dtype table: the unit roundoff of the type computed in (float32
+    for the 16-bit types), plus, for a 16-bit type, its own roundings."""
     row = float_type(dtype)
     if row.is_reference:
         return REFERENCE_BUDGET
     q, k, v = inputs
-    plain = reference_attention(q, k, v, causal=case.causal, compute_dtype=row.plain.type)
+    computed = float_type(row.compute)
+    plain = reference_attention(q, k, v, causal=case.causal, compute_dtype=computed.dtype.type)
     plain_error = compare(plain, ref, v, np.inf).error
     # magnitude sums of the finite parts (a NaN or Inf input is judged by where NaN lands),
     # times the default scale 1/√d that check() runs every case with
     q_abs, k_abs = (np.abs(np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0))
                     for a in (q, k))
     magnitude = (q_abs @ np.swapaxes(k_abs, -1, -2)).max(initial=0.0) / np.sqrt(q.shape[-1])
-    return max(2 * plain_error, budget_floor(dtype), 2 * row.unit_roundoff * magnitude)
+    return half_roundings(dtype) + max(2 * plain_error, FLOOR_ROUNDINGS * computed.unit_roundoff,
+                                       2 * computed.unit_roundoff * magnitude)
+
+
+def half_roundings(dtype):
+    """What a kernel may lose rounding in a 16-bit ``dtype`` (P and the output: 2 u); 0 for
+    a type that is its own compute type."""
+    row = float_type(dtype)
+    return HALF_ROUNDINGS * row.unit_roundoff if row.is_half else 0.0
 
 
 def budget_floor(dtype):
-    """The least budget of a type other than the reference's: FLOOR_ROUNDINGS roundings."""
-    return FLOOR_ROUNDINGS * float_type(dtype).unit_roundoff
+    """The least budget of a type other than the reference's: FLOOR_ROUNDINGS roundings of
+    the type it is computed in, plus its own 16-bit roundings."""
+    row = float_type(dtype)
+    return FLOOR_ROUNDINGS * float_type(row.compute).unit_roundoff + half_roundings(dtype)
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,16 @@
 Every rung lives in its own module exposing
 
     run(q, k, v, out, causal, scale)
-        q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), out (B, n_q, d_v); one dtype
-        (float32 or float64); already validated by ``kernels.api``.  Writes all of out.
+        q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) of one dtype of ``kernels.dtypes``,
+        already validated by ``kernels.api``; out (B, n_q, d_v) of the type that dtype is
+        computed in (its row's ``compute``: the dtype itself, float32 for the 16-bit
+        types, whose result the API then rounds to the inputs' dtype).  Writes all of out.
 
 and, if it materialises n×n buffers, ``workspace_bytes(batch, n_q, n_k, d, d_v,
-itemsize, causal)``, which the validation path checks against available memory
-before anything large is allocated.  Modules are imported on first use, so that
-``import kernels`` does not pay for Numba, the C extension or a peer's package.
+itemsize, causal)`` (itemsize: of the compute type), which the validation path checks
+against available memory before anything large is allocated.  Modules are imported on
+first use, so that ``import kernels`` does not pay for Numba, the C extension or a peer's
+package.
 
 External peers (other libraries' CPU attention, the baselines our rungs are measured
 against) are registered the same way, marked ``external``, only when their packages are
@@ -38,6 +41,7 @@ class Kernel:
     contiguous: bool = True           # needs C-contiguous inputs (copies otherwise)
     external: bool = False            # a peer baseline, not one of our rungs
     dtypes: tuple = float_types.NAMES  # computed at their own precision
+    widens_inputs: bool = False        # takes 16-bit inputs as whole float32 copies (counted)
     dtype_note: str = ""              # why any other dtype is refused
     threading: str = "the budget"     # how the thread budget reaches it
     honours_budget: bool = True       # False: it sizes its own threads, whatever the budget
@@ -90,6 +94,7 @@ def _build():
             "kernels.rungs.rung2_numpy",
             materialises=True,
             contiguous=False,
+            widens_inputs=True,
         ),
         Kernel(
             "numba_tiled",
@@ -111,24 +116,30 @@ def _build():
 
 
 def _peers():
-    """(Kernel, packages it needs) of every external peer (``make peers`` installs them)."""
-    float32_only = dict(dtypes=("float32",))
+    """(Kernel, packages it needs) of every external peer (``make peers`` installs them).
+    ``dtypes``: what each computes at (at least) the inputs' own precision, measured by the
+    harness (the half types in float32, rounding P and the output at most, as our rungs);
+    ``dtype_note``: why the others are refused (each peer's module docstring has the evidence)."""
+    float32_and_half = dict(dtypes=("float32",) + float_types.HALF)
     return [
         (Kernel("torch_sdpa", "external peer: PyTorch's scaled_dot_product_attention on the CPU",
-                "O(n·d)", "kernels.peers.torch_sdpa", external=True,
+                "O(n·d)", "kernels.peers.torch_sdpa", external=True, dtypes=float_types.NAMES,
                 threading="torch.set_num_threads(budget)"), ["torch"]),
         (Kernel("onnxruntime_attention", "external peer: ONNX Runtime's Attention operator (opset 23), CPU provider",
-                "O(n·d)", "kernels.peers.onnxruntime_attention", external=True, **float32_only,
-                dtype_note="it accepts float64 but computes it at float32 precision (errors ~5e-8)",
+                "O(n·d)", "kernels.peers.onnxruntime_attention", external=True, dtypes=("float32",),
+                dtype_note="it accepts float64 but computes it at float32 precision (errors ~5e-8); "
+                           "float16 it rounds the scores q·kᵀ to float16 before the softmax (errors up "
+                           "to 0.21 on large logits, 430 unit roundoffs of float16); bfloat16 it has "
+                           "no kernel for (NOT_IMPLEMENTED)",
                 threading="session intra_op_num_threads = budget"),
          ["onnxruntime", "onnx"]),
         (Kernel("openvino_sdpa", "external peer: OpenVINO's ScaledDotProductAttention (opset 13), CPU plugin",
-                "O(n·d)", "kernels.peers.openvino_sdpa", external=True, **float32_only,
+                "O(n·d)", "kernels.peers.openvino_sdpa", external=True, **float32_and_half,
                 dtype_note="its CPU plugin computes float64 inputs in float32 (errors ~6e-7)",
                 threading="INFERENCE_NUM_THREADS = budget"),
          ["openvino"]),
         (Kernel("jax_attention", "external peer: JAX's dot_product_attention, compiled by XLA for the CPU",
-                "O(n²)", "kernels.peers.jax_attention", external=True, materialises=True, **float32_only,
+                "O(n²)", "kernels.peers.jax_attention", external=True, materialises=True, **float32_and_half,
                 dtype_note="it computes float64 scores in float32 (errors ~1e-7)",
                 threading="XLA's own CPU thread pool, sized when JAX starts: the budget is not honoured",
                 honours_budget=False),

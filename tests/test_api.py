@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kernels
+from kernels import harness
 from kernels.api import ExtensionNotBuilt, check_resources, planned, require_memory
 from kernels.reference import reference_attention
 
@@ -31,11 +32,12 @@ def test_registry_holds_the_ladder_in_order():
     assert kernels.KERNELS["numpy"].materialises
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", harness.DTYPES, ids=lambda d: np.dtype(d).name)
 def test_shapes_and_dtype_of_the_output(kernel_name, dtype):
     q, k, v = qkv((2, 3, 5, 9), n_k=7, d_v=4, dtype=dtype)
-    if kernels.KERNELS[kernel_name].refusal(dtype):  # a peer that computes it in float32
-        with pytest.raises(ValueError, match=f"{kernel_name}' does not take this call: .* takes float32 only"):
+    if kernels.KERNELS[kernel_name].refusal(dtype):  # a peer that computes it below its precision
+        taken = ", ".join(kernels.KERNELS[kernel_name].dtypes)
+        with pytest.raises(ValueError, match=f"{kernel_name}' does not take this call: .* takes {taken} only"):
             kernels.attention(q, k, v, kernel=kernel_name)
         return
     out = kernels.attention(q, k, v, kernel=kernel_name)
@@ -117,7 +119,7 @@ def test_bad_shapes_raise_value_error_naming_them(shapes, match):
     "dtypes, match",
     [
         ((np.int64, np.int64, np.int64), "dtype int64"),
-        ((np.float16, np.float16, np.float16), "float32 or float64"),
+        ((np.uint16, np.uint16, np.uint16), "attention takes float32, float64, bfloat16 or float16"),
         ((np.complex128, np.float64, np.float64), "complex128"),
         ((np.float32, np.float64, np.float32), "share one dtype"),
     ],

@@ -1,11 +1,12 @@
 """c_tiled's SIMD paths: each one the CPU has (AVX-512, AVX2+FMA, the portable generic
-path a CPU without them falls back to) passes the harness, and "auto" picks the best."""
+path a CPU without them falls back to) passes the harness, widens the 16-bit types
+exactly, and "auto" picks the best."""
 import numpy as np
 import pytest
 
 from kernels import harness
+from kernels.dtypes import HALF
 from kernels.rungs import rung4_c_tiled as c_tiled
-
 
 
 def cpu_flags():
@@ -19,6 +20,20 @@ def test_every_path_passes_the_harness(isa, dtype):
     failures = [(o.case.label, o.comparison) for o in harness.verify(["c_tiled"], dtypes=[dtype])
                 if o.status != "ok"]
     assert not failures
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("n_q", [1, 5], ids=["split-KV path", "query-tile path"])
+def test_every_path_widens_every_16_bit_value_exactly(isa, dtype, n_q):
+    """One key, so that each query's output is that key's value row times exp(0) / 1: the
+    value row holds all 65,536 bit patterns, and the float32 output must be NumPy's (or
+    ml_dtypes') exact widening of each, NaN where it is NaN."""
+    bits = np.arange(2**16, dtype=np.uint16)
+    v = bits.view(dtype).reshape(1, 1, -1)
+    q, k = np.zeros((1, n_q, 8), dtype), np.zeros((1, 1, 8), dtype)
+    out = np.empty((1, n_q, bits.size), np.float32)
+    c_tiled.run(q, k, v, out, False, 1.0)
+    np.testing.assert_array_equal(out, np.broadcast_to(v.astype(np.float32), out.shape))
 
 
 def test_auto_picks_the_best_simd_the_cpu_has():

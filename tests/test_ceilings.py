@@ -66,8 +66,8 @@ def test_threads_beyond_the_budget_are_refused():
 
 
 def test_other_dtypes_are_refused():
-    with pytest.raises(TypeError, match="float16"):
-        ceilings.fma_peak_gflops(np.float16, 1)
+    with pytest.raises(TypeError, match="int16"):
+        ceilings.fma_peak_gflops(np.int16, 1)
     with pytest.raises(TypeError, match="int32"):
         ceilings.gemm_gflops(np.int32)
 

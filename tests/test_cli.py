@@ -54,7 +54,7 @@ def a_file(tmp_path):
     (["timing", "--heads", "0"], "argument --heads: must be at least 1, got 0"),
     (["timing", "--head-dim", "-64"], "argument --head-dim: must be at least 1, got -64"),
     (["timing", "--repeat", "0"], "argument --repeat: must be at least 1, got 0"),
-    (["timing", "--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
+    (["timing", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
     (["--threads", "0", "list"], "argument --threads: must be at least 1, got 0"),
     (["--threads", "-1", "list"], "argument --threads: must be at least 1, got -1"),
     (["--threads", "abc", "list"], "argument --threads: 'abc' is not a whole number"),
@@ -145,7 +145,7 @@ def test_verify_summary_counts_one_kernel_in_the_singular(capsys, monkeypatch):
     monkeypatch.setattr(cli.harness, "verify", lambda names: iter(()))
     status, out, _ = run_main(capsys, "verify", "--kernel", "numpy")
     assert status == 0
-    assert f"(1 kernel × {len(cli.harness.CASES)} cases × 2 dtypes; threads: " in out
+    assert f"(1 kernel × {len(cli.harness.CASES)} cases × {len(cli.harness.DTYPES)} dtypes; threads: " in out
 
 
 def test_timing_says_when_it_leaves_naive_out(capsys, monkeypatch):

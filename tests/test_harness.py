@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kernels import harness
-from kernels.dtypes import FLOATS
+from kernels.dtypes import FLOATS, HALF
 from kernels.reference import reference_attention
 
 U = FLOATS["float32"].unit_roundoff
@@ -58,3 +58,68 @@ def test_large_logits_pass_on_every_seed(own_kernel_name, logit_scale):
 def test_the_magnitude_term_ignores_non_finite_inputs():
     case = dataclasses.replace(harness.CASES[0], name="inf", n_q=4, n_k=4, poison="inf_q")
     assert harness._expected(case, np.float32)[1] < 64 * U
+
+
+def half_model(q, k, v, causal, dtype, bug=None):
+    """Attention as a 16-bit kernel may compute it: float32 throughout, P rounded to ``dtype``
+    before P·V (l summed from the unrounded P, as PyTorch's bfloat16 kernel does) and the
+    output rounded to ``dtype``: the two roundings the budget allows.  ``bug``: "scores in
+    half" rounds the scores to ``dtype`` too; "drops a key" leaves out every row's last key."""
+    q, k, v = (x.astype(np.float32) for x in (q, k, v))
+    scores = q @ np.swapaxes(k, -1, -2) / np.float32(np.sqrt(q.shape[-1]))
+    if bug == "scores in half":
+        scores = scores.astype(dtype).astype(np.float32)
+    n_q, n_k = scores.shape[-2:]
+    visible = np.tri(n_q, n_k, k=n_k - n_q, dtype=bool) if causal else np.ones((n_q, n_k), bool)
+    if bug == "drops a key":
+        visible &= np.tri(n_q, n_k, k=n_k - n_q - 1, dtype=bool) if causal else np.arange(n_k) < n_k - 1
+    scores = np.where(visible, scores, -np.inf)
+    with np.errstate(invalid="ignore"):
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    p = np.nan_to_num(p)   # rows that see no key: zero weights, zero output
+    l = p.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(l > 0, (p.astype(dtype).astype(np.float32) @ v) / l, 0)
+    return out.astype(dtype)
+
+
+HALF_CASES = [c for c in harness.CASES if not c.poison]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("case", HALF_CASES, ids=lambda c: c.label)
+def test_a_16_bit_kernel_rounding_p_and_its_output_passes(case, dtype):
+    q, k, v = case.inputs(np.dtype(dtype).type)
+    ref, budget = harness._expected(case, np.dtype(dtype).type)
+    comparison = harness.compare(half_model(q, k, v, case.causal, dtype), ref, v, budget)
+    assert comparison.ok, f"error {comparison.error:.3e} > budget {comparison.budget:.3e}"
+
+
+BUGGY = {   # a bug, and a case it must fail (in both 16-bit types)
+    # scores ~ N(0, 9²), max ~ 25: bfloat16 rounds them by up to 1/16, float16 by 1/128 (at
+    # logits x30 the softmax is one-hot and rounding the scores goes unseen)
+    "scores in half": harness.Case("moderate logits x3", (1,), 64, 64, 64, 64, logit_scale=3.0),
+    # one key of 40 moves a row by ~1/40 of max|v|, above bfloat16's 2u = 7.8e-3
+    "drops a key": harness.Case("n=40", (2,), 40, 40, 16, 16),
+}
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bug", BUGGY)
+def test_a_16_bit_kernel_with_a_real_bug_fails(bug, causal, dtype):
+    case = dataclasses.replace(BUGGY[bug], causal=causal)
+    q, k, v = case.inputs(np.dtype(dtype).type)
+    ref, budget = harness._expected(case, np.dtype(dtype).type)
+    assert harness.compare(half_model(q, k, v, case.causal, dtype), ref, v, budget).ok  # without it
+    assert not harness.compare(half_model(q, k, v, case.causal, dtype, bug), ref, v, budget).ok
+
+
+def test_16_bit_budgets_are_the_float32_budget_of_their_inputs_plus_two_roundings():
+    for case in HALF_CASES[::7]:
+        for dtype in HALF:
+            inputs = case.inputs(np.dtype(dtype).type)
+            ref = reference_attention(*inputs, causal=case.causal)
+            widened = tuple(x.astype(np.float32) for x in inputs)   # exact
+            assert harness.error_budget(case, dtype, inputs, ref) == (
+                2 * FLOATS[dtype].unit_roundoff + harness.error_budget(case, np.float32, widened, ref))

@@ -36,7 +36,7 @@ static void print_table(const char *table, const struct shape *s, size_t n)
 int main(void)
 {
     printf("constants\t%d\t%d\t%d\t%d\t%d\t%u\t%u\n", ATTN_F32_QUERY_TILE, ATTN_F32_KEY_TILE,
-           ATTN_F64_QUERY_TILE, ATTN_F64_KEY_TILE, DECODE_MAX_QUERIES, 1u << F32, 1u << F64);
+           ATTN_F64_QUERY_TILE, ATTN_F64_KEY_TILE, DECODE_MAX_QUERIES, FLOAT32_TILES, FLOAT64_TILES);
     print_table("harness", HARNESS_CASES, sizeof HARNESS_CASES / sizeof HARNESS_CASES[0]);
     print_table("edges", KERNEL_EDGES, sizeof KERNEL_EDGES / sizeof KERNEL_EDGES[0]);
     return 0;
@@ -75,7 +75,7 @@ def c_tables(project_root, tmp_path, *macros):
         tables[table].append({"name": name, "batch": batch, "n_q": n_q, "n_k": n_k, "d": d,
                               "d_v": d_v, "logit_scale": float(numbers[5]),
                               "poison": POISONS[int(numbers[6])], "skip": int(numbers[7])})
-    names = ("f32_query", "f32_key", "f64_query", "f64_key", "decode_max", "f32_bit", "f64_bit")
+    names = ("f32_query", "f32_key", "f64_query", "f64_key", "decode_max", "f32_skip", "f64_skip")
     return dict(zip(names, constants)), tables
 
 
@@ -126,12 +126,12 @@ def test_the_edge_cases_sit_on_the_kernels_tiles(project_root, tmp_path, macros)
         assert [constants[k] for k in ("f32_query", "f32_key", "f64_query", "f64_key",
                                        "decode_max")] == [96, 64, 48, 32, 2]
     edges = tables["edges"]
-    for prefix, other_bit in (("f32", "f64_bit"), ("f64", "f32_bit")):
+    for prefix in ("f32", "f64"):
         query_tile, key_tile = constants[f"{prefix}_query"], constants[f"{prefix}_key"]
-        # at this precision only (the other one has its own), on 4 heads: whole query tiles
-        # on one thread (the kernel shrinks them to about four tiles per thread)
+        # at the types that run on these tiles only (float64 has its own), on 4 heads: whole
+        # query tiles on one thread (the kernel shrinks them to about four tiles per thread)
         at_these_tiles = {(e["n_q"], e["n_k"]) for e in edges
-                          if e["skip"] == constants[other_bit] and e["batch"] >= 4}
+                          if e["skip"] == constants[f"{prefix}_skip"] and e["batch"] >= 4}
         wanted = {(query_tile, key_tile), (query_tile - 1, key_tile - 1),
                   (query_tile + 1, key_tile + 1), (2 * query_tile + 1, 2 * key_tile + 1),
                   (query_tile + key_tile + 1, query_tile + 1)}

@@ -11,7 +11,8 @@
 
 #include "tiles.h"
 
-enum dtype { F32, F64, N_DTYPES };
+/* the 16-bit types run on float32's tiles (they are widened to float32 as they are packed) */
+enum dtype { F32, F64, BF16, F16, N_DTYPES };
 
 enum poison { CLEAN, NAN_Q, NAN_K, NAN_V, INF_Q };
 
@@ -22,14 +23,14 @@ struct shape {
     int64_t batch, n_q, n_k, d, d_v;
     double logit_scale;     /* multiplies q and k: large logits */
     enum poison poison;     /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head */
-    unsigned skip_dtypes;   /* the precisions (1u << F32, 1u << F64) not to run it at; 0: none */
+    unsigned skip_dtypes;   /* the types (1u << F32, ...) not to run it at; 0: none */
 };
 
-#define FLOAT32_ONLY (1u << F64)
-#define FLOAT64_ONLY (1u << F32)
+#define FLOAT32_TILES (1u << F64)                             /* float32, bfloat16, float16 */
+#define FLOAT64_TILES (1u << F32 | 1u << BF16 | 1u << F16)    /* float64 */
 
 /* The query-tile path at the edges of one precision's tiles, query_tile rows × key_tile
-   keys, at that precision only: a tile, one short of it and one past it in both directions,
+   keys, at the types that run on those tiles only: a tile, one short of it and one past it in both directions,
    two and one past, and n_q > n_k, which leaves key_tile rows that see no key when causal
    (and then query_tile + 1 that do). 4 heads, because the kernel shrinks a query tile until
    all heads give about four tiles per thread (flash_driver_template.h): one thread then
@@ -60,8 +61,8 @@ static const struct shape KERNEL_EDGES[] = {
     /* the query-tile path, from its first n_q to the edges of each precision's tiles */
     {"query tiles: one past split-KV", 1, DECODE_MAX_QUERIES + 1, DECODE_MAX_QUERIES + 1, 8, 8,
      1, CLEAN, 0},
-    TILE_EDGES("float32", FLOAT32_ONLY, ATTN_F32_QUERY_TILE, ATTN_F32_KEY_TILE),
-    TILE_EDGES("float64", FLOAT64_ONLY, ATTN_F64_QUERY_TILE, ATTN_F64_KEY_TILE),
+    TILE_EDGES("float32", FLOAT32_TILES, ATTN_F32_QUERY_TILE, ATTN_F32_KEY_TILE),
+    TILE_EDGES("float64", FLOAT64_TILES, ATTN_F64_QUERY_TILE, ATTN_F64_KEY_TILE),
 };
 
 #endif

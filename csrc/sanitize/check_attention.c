@@ -2,8 +2,9 @@
    this driver with csrc/build_attention.py's SOURCES, all built with its COMPILE_ARGS and
    -fsanitize=address,undefined.
 
-   It runs every SIMD path the CPU has (the names in ISAS that attn_select_isa accepts), both
-   precisions, one thread and all of them, causal and not, over
+   It runs every SIMD path the CPU has (the names in ISAS that attn_select_isa accepts), every
+   type (float32, float64, and bfloat16 and float16, whose inputs the kernel widens to
+   float32), one thread and all of them, causal and not, over
      - the shapes of kernels/harness.py's CASES (batch and heads flattened into one batch;
        their memory layouts are the Python side's business: C always gets C order), from
        harness_cases.h, which `make sanitize` generates from them (harness_cases.py),
@@ -44,8 +45,11 @@ static const char *const ISAS[] = {"generic", "avx2-fma", "avx512"};
 #define TWO_PI 6.283185307179586   /* M_PI is not C11 */
 #define UNWRITTEN 1e30
 
-static const char *const DTYPE_NAMES[] = {"float32", "float64"};
-static const double UNIT_ROUNDOFF[] = {0x1p-24, 0x1p-53};
+static const char *const DTYPE_NAMES[] = {"float32", "float64", "bfloat16", "float16"};
+/* of the type each is computed in: the 16-bit inputs are exact in float32, and so is all
+   that is rounded afterwards (the output stays float32) */
+static const double UNIT_ROUNDOFF[] = {0x1p-24, 0x1p-53, 0x1p-24, 0x1p-24};
+static const size_t ITEMSIZE[] = {sizeof(float), sizeof(double), sizeof(uint16_t), sizeof(uint16_t)};
 
 /* d and d_v from 1 to WIDTH_MAX, together and crossed, on each path */
 static const struct shape WIDTH_SWEEPS[] = {
@@ -81,9 +85,39 @@ static double standard_normal(uint64_t *state)
     return sqrt(-2 * log(u1)) * cos(TWO_PI * u2);
 }
 
+/* the type of the kernel's output at dtype t: the 16-bit types' is float32 */
+static enum dtype output_type(enum dtype t)
+{
+    return t == F64 ? F64 : F32;
+}
+
+/* the bits of x rounded to bfloat16, to nearest even (NaN kept quiet) */
+static uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (isnan(x))
+        return (uint16_t)(u >> 16 | 0x40);
+    return (uint16_t)((u + 0x7fff + (u >> 16 & 1)) >> 16);
+}
+
+static float bf16_value(uint16_t bits)
+{
+    const uint32_t u = (uint32_t)bits << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* x rounded to dtype t: a value the type holds exactly */
 static double in_dtype(enum dtype t, double x)
 {
-    return t == F32 ? (double)(float)x : x;
+    switch (t) {
+    case F32: return (float)x;
+    case BF16: return bf16_value(bf16_bits((float)x));
+    case F16: return (float)(_Float16)(float)x;
+    default: return x;
+    }
 }
 
 static void *checked_malloc(size_t bytes)
@@ -98,25 +132,40 @@ static void *checked_malloc(size_t bytes)
 
 static size_t typed_bytes(enum dtype t, size_t n)
 {
-    return n * (t == F32 ? sizeof(float) : sizeof(double));
+    return n * ITEMSIZE[t];
 }
 
-/* x (n doubles) as an array of dtype t, malloc'd at its exact size */
+/* x (n doubles, each a value of dtype t) as an array of dtype t, malloc'd at its exact size */
 static void *typed_copy(enum dtype t, const double *x, size_t n)
 {
     void *p = checked_malloc(typed_bytes(t, n));
     for (size_t i = 0; i < n; i++) {
-        if (t == F32)
-            ((float *)p)[i] = (float)x[i];
-        else
-            ((double *)p)[i] = x[i];
+        switch (t) {
+        case F32: ((float *)p)[i] = (float)x[i]; break;
+        case BF16: ((uint16_t *)p)[i] = bf16_bits((float)x[i]); break;
+        case F16: {
+            const _Float16 h = (_Float16)x[i];
+            memcpy((uint16_t *)p + i, &h, sizeof h);
+            break;
+        }
+        default: ((double *)p)[i] = x[i];
+        }
     }
     return p;
 }
 
 static double typed_at(enum dtype t, const void *p, size_t i)
 {
-    return t == F32 ? ((const float *)p)[i] : ((const double *)p)[i];
+    switch (t) {
+    case F32: return ((const float *)p)[i];
+    case BF16: return bf16_value(((const uint16_t *)p)[i]);
+    case F16: {
+        _Float16 h;
+        memcpy(&h, (const uint16_t *)p + i, sizeof h);
+        return h;
+    }
+    default: return ((const double *)p)[i];
+    }
 }
 
 /* x (batch, rows, cols): seeded standard normals times gain, in dtype t; poisoned if asked */
@@ -211,7 +260,7 @@ static struct problem make_problem(const struct shape *s, int causal, enum dtype
         .q_len = (size_t)(s->batch * s->n_q * s->d), .k_len = (size_t)(s->batch * s->n_k * s->d),
         .v_len = (size_t)(s->batch * s->n_k * s->d_v), .out_len = (size_t)(s->batch * s->n_q * s->d_v),
     };
-    uint64_t state = seed;   /* the same draws at both precisions */
+    uint64_t state = seed;   /* the same draws at every type */
     const int poison_q = s->poison == NAN_Q || s->poison == INF_Q;
     pr.q = make_input(t, s, s->n_q, s->d, s->logit_scale, poison_q, &state);
     pr.k = make_input(t, s, s->n_k, s->d, s->logit_scale, s->poison == NAN_K, &state);
@@ -270,23 +319,39 @@ static void report_failure(const struct problem *pr, int isa, int threads, const
            pr->causal ? " causal" : "", what);
 }
 
+/* attn_forward_<t> on the problem's typed inputs */
+static int forward(const struct problem *pr, void *out, int threads)
+{
+    const struct shape *s = pr->s;
+    switch (pr->t) {
+    case F32:
+        return attn_forward_f32(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d,
+                                s->d_v, pr->causal, (float)pr->scale, threads);
+    case BF16:
+        return attn_forward_bf16(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d,
+                                 s->d_v, pr->causal, (float)pr->scale, threads);
+    case F16:
+        return attn_forward_f16(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d,
+                                s->d_v, pr->causal, (float)pr->scale, threads);
+    default:
+        return attn_forward_f64(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d,
+                                s->d_v, pr->causal, pr->scale, threads);
+    }
+}
+
 /* Run the selected ISA on one problem and report a failure; returns the worst error /
    tolerance, inf if the call returned an error or changed its inputs. */
 static double check_call(const struct problem *pr, int isa, int threads)
 {
     const struct shape *s = pr->s;
-    const enum dtype t = pr->t;
+    const enum dtype t = output_type(pr->t);
     double *unwritten = checked_malloc(pr->out_len * sizeof *unwritten);
     for (size_t i = 0; i < pr->out_len; i++)
         unwritten[i] = UNWRITTEN;
     void *out = typed_copy(t, unwritten, pr->out_len);
     free(unwritten);
 
-    const int status = t == F32
-        ? attn_forward_f32(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d, s->d_v,
-                           pr->causal, (float)pr->scale, threads)
-        : attn_forward_f64(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d, s->d_v,
-                           pr->causal, pr->scale, threads);
+    const int status = forward(pr, out, threads);
     char what[256];
     double worst = 0;
     size_t worst_at = 0;
@@ -324,7 +389,7 @@ static double check_call(const struct problem *pr, int isa, int threads)
     return worst;
 }
 
-/* One shape, causal and not, at both precisions, on every available ISA and thread count. */
+/* One shape, causal and not, at every type, on every available ISA and thread count. */
 static void check_shape(const struct shape *s, uint64_t seed)
 {
     const double flops = 2.0 * s->batch * s->n_q * s->n_k * (double)(s->d + s->d_v);

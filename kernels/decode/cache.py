@@ -41,7 +41,7 @@ class KVCache:
                             ("capacity", capacity)):
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.dtype = dtypes.float_type(dtype).dtype
+        self.dtype = dtypes.float_type(dtype, dtypes.WIDE).dtype
         self.heads, self.head_dim, self.head_dim_v = int(heads), int(head_dim), int(head_dim_v)
         self._length = 0
         self._keys, self._values = self._allocate(int(capacity))

@@ -137,7 +137,7 @@ def _row_blocks(weights):
 def _check_weights(weights):
     if not isinstance(weights, np.ndarray):
         raise TypeError(f"weights must be a NumPy array, got {type(weights).__name__}")
-    dtypes.require(weights.dtype, "weights", "attention analysis")
+    dtypes.require(weights.dtype, "weights", "attention analysis", dtypes.WIDE)
     if weights.ndim < 2 or 0 in weights.shape[-2:]:
         raise ValueError(f"weights must have shape (..., n_q, n_k) with n_q, n_k >= 1, got {weights.shape}")
     lowest = np.fmin.reduce(weights, axis=None)  # NaN ignored; no copy of the weights

@@ -102,7 +102,7 @@ def _check_memory(x, heads, kernel, causal):
 def _check(x, weights, heads, biases, head_mask):
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a NumPy array, got {type(x).__name__}")
-    dtypes.require(x.dtype, "x", "multi-head attention")
+    dtypes.require(x.dtype, "x", "multi-head attention", dtypes.WIDE)
     if x.ndim < 2:
         raise ValueError(f"x must have at least 2 dimensions (..., n, d_model), got shape {x.shape}")
     d_model = x.shape[-1]

@@ -1,8 +1,9 @@
 """Rung 1, ``naive``: the seed's algorithm definition (§11.1.3), line by line.
 
 For each query position i: score every key j, normalise the scores with a softmax,
-and sum the values weighted by the result.  Pure Python floats (float64, so float32
-inputs accumulate in better than float32), no NumPy inside the loops: this is the
+and sum the values weighted by the result.  Pure Python floats (float64, so float32 and
+16-bit inputs, widened exactly, accumulate in better than their compute type; the API
+rounds the result to the inputs' type), no NumPy inside the loops: this is the
 algorithm as a reader would trace it by hand.
 
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v).
@@ -12,6 +13,8 @@ lists plus one row of n_k scores at a time.
 """
 import math
 
+import numpy as np
+
 from ..reference import first_seeing_row
 
 
@@ -19,7 +22,7 @@ def run(q, k, v, out, causal, scale):
     n_q, n_k = q.shape[1], k.shape[1]
     first = first_seeing_row(n_q, n_k, causal)
     for b in range(q.shape[0]):
-        queries, keys, values = q[b].tolist(), k[b].tolist(), v[b].tolist()
+        queries, keys, values = (x[b].astype(np.float64).tolist() for x in (q, k, v))
         for i, query in enumerate(queries):
             out[b, i] = _attend(query, keys, values, i, n_q, n_k, causal, scale) if i >= first else 0.0
 

@@ -8,6 +8,9 @@ Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v).
 Time: O(B·n_q·n_k·(d + d_v)) flops in BLAS plus O(B·n_q·n_k) exp.
 Memory: B·n_q·n_k·itemsize for the scores (plus n_q·n_k bytes for a causal mask),
 declared by ``workspace_bytes`` so the API refuses with MemoryError before allocating.
+16-bit inputs: BLAS has no bfloat16 or float16 product, so q, k and v are widened whole
+to float32 (exactly) and the rung runs as in float32: its cost is the float32 cost plus
+the widening, and the API's rounding of the output (both O(n·d)).
 """
 import numpy as np
 
@@ -26,6 +29,7 @@ def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):
 # contract, not a warning.
 @np.errstate(invalid="ignore")
 def run(q, k, v, out, causal, scale):
+    q, k, v = (x.astype(out.dtype, copy=False) for x in (q, k, v))  # 16-bit: widened to float32
     n_q, n_k = q.shape[1], k.shape[1]
     first = first_seeing_row(n_q, n_k, causal)
     out[:, :first] = 0.0

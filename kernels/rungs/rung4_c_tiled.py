@@ -27,6 +27,14 @@ AVX2 + FMA, then a portable C path.
 
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
 float32 or float64 (accumulated in the same precision); B is batch and heads flattened.
+bfloat16 and float16: each tile of Q, K and V is widened exactly to float32 as it is
+packed (csrc/widen.c: F16C's vcvtph2ps and a 16-bit shift for bfloat16 on AVX2, their
+AVX-512 forms, scalar code on the generic path), and from there the float32 tile
+operations run unchanged: scores, softmax, P (kept in float32) and P·V all in float32, the
+output written in float32 and rounded once by the API.  The widening is O(n·(d + d_v)) per
+query tile beside its O(n·tile·(d + d_v)) products; what the 16-bit types save is half
+the bytes read.  (A bfloat16 dot-product path, vdpbf16ps on CPUs with AVX512-BF16, is not
+built yet.)
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
 extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
 block per thread per call, holding a query tile, its output accumulator, the packed K
@@ -39,6 +47,8 @@ csrc/tile_ops_simd_template.h (the SIMD micro-kernels, instantiated per ISA and
 precision by csrc/tile_ops_{avx512,avx2}_{f32,f64}.c), csrc/tile_ops_generic_template.h
 (the portable path); built by csrc/build_attention.py.
 """
+import numpy as np
+
 from ..api import ExtensionNotBuilt
 from ..dtypes import FLOATS
 from ..threads import budget
@@ -51,21 +61,25 @@ except ImportError as missing:  # not built, or built for another interpreter
 # the names isa() reports, and "auto"
 _ISA_NAMES = ("auto", "avx512", "avx2-fma", "generic")
 
-# dtype -> (the C entry point, its element pointer type), from the dtype table
-_FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer) for row in FLOATS.values()}
+# dtype -> (the C entry point, its input pointer type, its output's), from the dtype table
+_FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer,
+                        FLOATS[row.compute.name].c_pointer) for row in FLOATS.values()}
 
 
 def run(q, k, v, out, causal, scale):
-    """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), out (B, n_q, d_v): C-contiguous, same
-    dtype (float32 or float64), already validated. Writes every element of out."""
-    forward, pointer = _FORWARD[q.dtype]
+    """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v): C-contiguous, one dtype of the table,
+    already validated; out (B, n_q, d_v) of its compute type (float32 for the 16-bit
+    types, which go to C as their bits). Writes every element of out."""
+    forward, pointer, out_pointer = _FORWARD[q.dtype]
     batch, n_q, d = q.shape
     n_k, d_v = v.shape[1], v.shape[2]
+    if q.dtype.itemsize == 2:  # bfloat16's dtype has no buffer-protocol format: pass the bits
+        q, k, v = (x.view(np.uint16) for x in (q, k, v))
     status = forward(
         ffi.cast(pointer, ffi.from_buffer(q)),
         ffi.cast(pointer, ffi.from_buffer(k)),
         ffi.cast(pointer, ffi.from_buffer(v)),
-        ffi.cast(pointer, ffi.from_buffer(out, require_writable=True)),
+        ffi.cast(out_pointer, ffi.from_buffer(out, require_writable=True)),
         batch, n_q, n_k, d, d_v, bool(causal), scale, budget(),
     )
     if status != 0:
