@@ -63,7 +63,7 @@ class MultiHead(_Attention):
     """8 heads at n = 1024 and 4096, causal and full: the shape the speed goals use.
     (The report turns its times into GFLOP/s; ``Threads`` tracks GFLOP/s directly.)"""
 
-    params = [KERNEL_NAMES, list(spec.MULTI_HEAD_SEQ_LENS), list(spec.DTYPES), [False, True]]
+    params = [KERNEL_NAMES, list(spec.MULTI_HEAD_SEQ_LENS), list(spec.MULTI_HEAD_DTYPES), [False, True]]
     param_names = ["kernel", "seq_len", "dtype", "causal"]
     batch = spec.HEADS
 

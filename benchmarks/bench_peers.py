@@ -28,6 +28,8 @@ class PeerSpeedup(ThreadBudget):
             raise NotImplementedError(f"{peer} is not installed (make peers)")
         if dtype not in spec.PEER_SHAPE_DTYPES[shape]:
             raise NotImplementedError(f"the {shape} shape is measured in {', '.join(spec.PEER_SHAPE_DTYPES[shape])}")
+        if dtype in spec.HALF_DTYPES and kernel != spec.HALF_PEER_KERNEL:
+            raise NotImplementedError(f"the 16-bit types are measured beside {spec.HALF_PEER_KERNEL} only")
         self.use_threads(threads, peer)
         self.peer_call, self.call = (self._call(name, shape, dtype) for name in (peer, kernel))
         self.peer_call(), self.call()  # warm-up: compilation, sessions, pages

@@ -12,6 +12,7 @@ import numpy as np
 import kernels
 from kernels.api import check_resources, validate
 from kernels.bench_spec import HEAD_DIM
+from kernels.dtypes import float_type
 from kernels.spread import asv_samples
 
 KERNEL_NAMES = list(kernels.KERNELS)
@@ -41,9 +42,12 @@ class ThreadBudget:
 
 
 def make_inputs(batch, seq_len, dtype, head_dim=HEAD_DIM, seed=0):
-    """Seeded q, k, v of shape (batch, seq_len, head_dim), standard normal."""
+    """Seeded q, k, v of shape (batch, seq_len, head_dim), standard normal (a 16-bit type's
+    drawn in float32 and rounded)."""
     rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal((batch, seq_len, head_dim), dtype=np.dtype(dtype)) for _ in range(3))
+    row = float_type(dtype)
+    return tuple(rng.standard_normal((batch, seq_len, head_dim), dtype=row.compute).astype(row.dtype, copy=False)
+                 for _ in range(3))
 
 
 def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True):

@@ -12,13 +12,15 @@ whatever grid the results hold, so it does not look at ``QUICK``.
 import os
 from dataclasses import dataclass
 
-from .dtypes import FLOATS, WIDE
+from .dtypes import FLOATS, HALF, WIDE
 from .registry import PEER_NAMES
 
 QUICK = os.environ.get("ATTNBENCH_QUICK") == "1"
 
 HEAD_DIM = 64                        # d (and d_v) in every benchmark
-DTYPES = WIDE                        # every grid's types (the 16-bit ones: HALF_DTYPES)
+DTYPES = WIDE                        # the types every section reads
+HALF_DTYPES = HALF                   # bfloat16, float16: where the half-precision section reads them
+ALL_DTYPES = DTYPES + HALF_DTYPES
 ITEMSIZE = {row.name: row.itemsize for row in FLOATS.values()}
 PEER = "torch_sdpa"                  # the peer the multi-head, model and decode sections compare with
 TILED = ("numba_tiled", "c_tiled")   # the rungs timed side by side against baselines
@@ -26,13 +28,14 @@ TILED = ("numba_tiled", "c_tiled")   # the rungs timed side by side against base
 # SeqLen: one head, full attention, n = 64 .. 16,384.  Quick: float32 only, and three
 # points at n >= 1024 are kept so that the large-n fit still has enough of them.
 SEQ_LENS = (64, 256, 1024, 2048, 4096) if QUICK else tuple(2**p for p in range(6, 15))
-SEQ_LEN_DTYPES = DTYPES[:1] if QUICK else DTYPES
+SEQ_LEN_DTYPES = DTYPES[:1] if QUICK else ALL_DTYPES
 
 # MultiHead, Threads and PeerSpeedup: the shape of the speed goals (Threads in float32,
 # full attention, at the headline n).
 HEADS = 8
 HEADLINE_SEQ_LEN = 1024 if QUICK else 4096
 MULTI_HEAD_SEQ_LENS = tuple(sorted({1024, HEADLINE_SEQ_LEN}))
+MULTI_HEAD_DTYPES = ALL_DTYPES
 THREADS_DTYPE = "float32"
 
 # NumpySpeedup: one head, full, float32, at an n where numpy's n x n scores have long
@@ -67,6 +70,14 @@ DECODE_DTYPE = "float32"
 TINY_SEQ_LEN = 64
 
 
+# HalfSpeedup: each tiled rung in a 16-bit type over itself in float32, side by side, on
+# PeerSpeedup's full and causal shapes (8 heads at the headline n).  HalfFidelity: MiniLM's
+# embeddings over the bundled sentences with every attention call in a 16-bit type, against
+# float32 (the smallest cosine), on numpy and the tiled rungs.
+HALF_SHAPES = ("full",) if QUICK else ("full", "causal")
+HALF_ROUNDS = 3 if QUICK else 7
+HALF_FIDELITY_KERNELS = ("numpy", *TILED)
+
 # ModelForwardOverNumpy: the whole forward pass on a kernel ÷ on numpy, side by side, at
 # the two lengths of the in-context goals.
 MODEL_OVER_NUMPY_SEQ_LENS = (64, 512)
@@ -94,13 +105,16 @@ CONTEXT_ROUNDS = 2 if QUICK else 7
 # both, the ratio their median; the tiny call takes microseconds, so many.
 PEERS = PEER_NAMES
 PEER_SHAPES = ("full", "causal", "decode", "tiny")
-PEER_SHAPE_DTYPES = {"full": DTYPES, "causal": DTYPES, "decode": (DECODE_DTYPE,), "tiny": (DECODE_DTYPE,)}
+# The 16-bit types beside c_tiled only (HALF_PEER_KERNEL): the goals ask no more.
+PEER_SHAPE_DTYPES = {"full": ALL_DTYPES, "causal": ALL_DTYPES, "decode": (DECODE_DTYPE,),
+                     "tiny": (DECODE_DTYPE,)}
+HALF_PEER_KERNEL = "c_tiled"
 PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "tiny": 301}
 if QUICK:  # a peer's process costs seconds to start (imports, sessions): two shapes, float32, 3 rounds
     PEER_SHAPES = ("full", "tiny")
     PEER_SHAPE_DTYPES = {shape: DTYPES[:1] for shape in PEER_SHAPES}
     PEER_ROUNDS = {"full": 3, "causal": 3, "decode": 3, "tiny": 51}
-PEER_DTYPES = tuple(dtype for dtype in DTYPES if any(dtype in kept for kept in PEER_SHAPE_DTYPES.values()))
+PEER_DTYPES = tuple(dtype for dtype in ALL_DTYPES if any(dtype in kept for kept in PEER_SHAPE_DTYPES.values()))
 DECODE_PEER_SEQ_LEN = 65536  # the decode shape's cache
 
 
@@ -149,8 +163,7 @@ _CONTEXT = ("kernel", "shape", "context")
 CONTEXT_OVER_ALONE = Benchmark("bench_context.InContext.track_over_alone", _CONTEXT)
 CONTEXT_OVER_ONE_THREAD = Benchmark("bench_context.InContext.track_over_one_thread", _CONTEXT)
 MODEL_OVER_NUMPY = Benchmark("bench_model.ModelForwardOverNumpy.track_time_over_numpy", ("kernel", "seq_len"))
-# Read by no report section yet, so not in BENCHMARKS (whose every entry the report must read
-# and its fixture declare: tests/test_bench_spec.py); tests/test_half_fidelity.py checks it.
+HALF_SPEEDUP = Benchmark("bench_half.HalfSpeedup.track_speedup", ("kernel", "shape", "threads", "dtype"))
 HALF_FIDELITY = Benchmark("bench_half.HalfFidelity.track_min_cosine", ("kernel", "dtype"))
 
 # Every benchmark the report reads, in the order its sections use them.
@@ -159,6 +172,6 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
-              BLAS_THREADS, SGEMM_UNFORCED)
+              BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {name: (FLOATS[name].gemm, benchmark) for name, benchmark in (("float32", SGEMM), ("float64", DGEMM))}

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import kernels
-from kernels import harness
+from kernels import dtypes, harness
+from kernels.layers.multi_head import merge_heads
 from kernels.memory import peak_extra_bytes
 from kernels.reference import reference_attention
 
@@ -336,3 +337,18 @@ def test_a_negative_weight_in_a_later_block_of_rows_has_its_own_index(monkeypatc
     weights[3, 1] = -1e-3
     with pytest.raises(ValueError, match=r"weights\[3, 1\] = -0.001 "):
         kernels.attention_entropy(weights)
+
+
+@pytest.mark.parametrize("half", dtypes.HALF)
+def test_attention_dtype_rounds_q_k_v_and_widens_the_output(half):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 7, 24)).astype(np.float32)
+    w_q, w_k, w_v, w_o = (rng.standard_normal((24, 24)).astype(np.float32) / 5 for _ in range(4))
+    out = kernels.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=3, kernel="numpy", attention_dtype=half)
+    q, k, v = kernels.multi_head_projections(x, w_q, w_k, w_v, heads=3)
+    core = kernels.attention(*(a.astype(half) for a in (q, k, v)), kernel="numpy")
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, merge_heads(core.astype(np.float32)) @ w_o)
+    with pytest.raises(TypeError, match="attention_dtype has dtype float32; half-precision attention takes "
+                                        "bfloat16 or float16"):
+        kernels.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=3, attention_dtype=np.float32)

@@ -202,8 +202,10 @@ def test_peers(report, report_dir):
     assert row(table, "numba_tiled", "one query, cached keys", "8", "65,536", "4")[6:] == \
         ["0.80×", "0.64×", "1.20×", "3.20×"]
     assert row(table, "c_tiled", "full (a tiny call)", "1", "64", "4")[6:] == ["2.50×", "2.00×", "3.75×", "10.00×"]
+    assert row(table, "c_tiled", "causal", "8", "4,096", "4", "bfloat16")[6:] == ["1.30×", "n/a", "1.50×", "2.00×"]
     rows = csv_rows(report_dir, "peers")
-    assert len(rows) == 2 * (2 * 2 + 2 * 2 + 2 + 2)  # kernels × (full, causal: threads × dtypes; decode, tiny)
+    # kernels × (full, causal: threads × dtypes; decode, tiny), and c_tiled in the two 16-bit types
+    assert len(rows) == 2 * (2 * 2 + 2 * 2 + 2 + 2) + 2 * 2 * 2
     assert float(csv_row(rows, kernel="c_tiled", shape="full", threads="4", dtype="float32")
                  ["over_openvino_sdpa"]) == 1.875
     peers = csv_rows(report_dir, "peer_versions")
@@ -228,6 +230,14 @@ def test_peers(report, report_dir):
     ("c_tiled speed over numpy, float32, one head, n = 8,192, timed side by side", "4 ±16%", "within noise"),
     ("c_tiled causal ÷ full time, float32, 8 heads, n = 4,096", "0.55", "met"),
     ("import kernels, seconds", "0.35", "met"),
+    ("c_tiled speed in bfloat16 over itself in float32, full, 8 heads, n = 4,096, all threads, timed side by side",
+     "1.6 ±3%", "met"),   # the fixture's machine is not named by kernels.machine_id: applicable
+    ("c_tiled speed in float16 over itself in float32, full, 8 heads, n = 4,096, all threads, timed side by side",
+     "1.02 ±4%", "within noise"),
+    ("c_tiled speed over every peer taking float16 (the smallest ratio), full and causal, 8 heads, "
+     "n = 4,096, all threads, timed side by side", "1.17", "not met"),   # torch_sdpa's 1.3 × 0.9
+    ("MiniLM's embeddings with every attention call in bfloat16: 1 − the smallest cosine to float32, over "
+     "the 30 bundled sentences and every kernel measured (a cosine ≥ 0.999)", "0.0002", "met"),
 ])
 def test_goals(report, goal, measured, met):
     cells = row(section(report, "Goals"), goal)
@@ -432,6 +442,35 @@ def test_no_results_is_a_clear_error(tmp_path, folder):
 
 NEWEST_FILE = pathlib.Path("testbox", "c0ffee12-existing-py.json")
 OLDER_FILE = pathlib.Path("testbox", "01dc0de0-existing-py.json")
+
+
+def test_half_precision(report, report_dir):
+    """The fixture's 16-bit times are float32's × 1.1 (numpy), 1 (numba_tiled), 0.95 (c_tiled);
+    HalfSpeedup's ratios numba_tiled 1.05 / 0.97, c_tiled 1.6 / 1.02 (bfloat16 / float16) on
+    4 threads, × 0.95 on one; HalfFidelity's cosines."""
+    text = section(report, "Half precision")
+    assert row(text, "c_tiled", "bfloat16")[2:] == ["105.3", "66% ±5%", "95.7", "1.60× ±3%", "1.60× ±3%",
+                                                   "1.52× ±3%"]
+    assert row(text, "c_tiled", "float32")[5:] == ["1.00×"] * 3
+    assert row(text, "numpy", "float16")[2] == "18.2" and row(text, "numpy", "float16")[5] == "n/a"
+    assert row(text, "numba_tiled", "0.999850")[2] == "0.999998"
+    assert "float32 FMA peak (160.0 GFLOP/s ±5% on every thread)" in text
+    assert "is not known" in text   # testbox: not a kernels.machine_id name
+    speed = csv_rows(report_dir, "half_speed")
+    assert float(csv_row(speed, kernel="numba_tiled", dtype="float16")["over_float32_full"]) == 0.97
+    assert float(csv_row(csv_rows(report_dir, "half_fidelity"), kernel="c_tiled")["bfloat16_min_cosine"]) == 0.9998
+
+
+def test_bfloat16_goals_are_not_applicable_without_avx512_bf16(tmp_path):
+    results = pathlib.Path(shutil.copytree(FIXTURE, tmp_path / "results"))
+    (results / "testbox").rename(results / "amd-epyc-avx2")
+    report = write_report(results, tmp_path / "out").read_text()
+    goals = section(report, "Goals")
+    bf16 = [line for line in goals.splitlines() if "in bfloat16 over itself" in line or "taking bfloat16" in line]
+    assert len(bf16) == 4 and all("| not applicable here (no AVX512-BF16) |" in line for line in bf16)
+    assert row(goals, "c_tiled speed in float16 over itself in float32, full, 8 heads, n = 4,096, all "
+                      "threads, timed side by side")[4] == "within noise"   # float16 goals still apply
+    assert "no AVX512-BF16, so no instruction multiplies bfloat16 faster" in section(report, "Half precision")
 
 
 @pytest.fixture

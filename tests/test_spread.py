@@ -54,9 +54,9 @@ def test_asv_samples_is_what_asv_takes_as_samples():
     (1.19, "not met"),                               # one sample: no range to hold the target
 ])
 def test_goals_have_three_verdicts(figure, verdict):
-    assert Goal("x", lambda run: figure, 1.2, True, "").verdict(figure) == verdict
+    assert Goal("x", lambda run: figure, 1.2, True, "").verdict(figure, None) == verdict
     flipped = {"met": "not met", "not met": "met"}.get(verdict, verdict)
-    assert Goal("x", lambda run: figure, 1.2, False, "").verdict(figure) == flipped
+    assert Goal("x", lambda run: figure, 1.2, False, "").verdict(figure, None) == flipped
 
 
 def test_agreement_is_overlapping_ranges():

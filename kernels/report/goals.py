@@ -17,6 +17,7 @@ from ..spread import bounds
 from .ceilings import fma_peak
 from .decode import cache_read_fraction
 from .document import Section
+from .half import half_min_cosine, half_speedup, has_bf16_dot_product
 from .in_context import forward_over_numpy, in_context
 from .multi_head import headline_shape, multihead_gflops, multihead_seconds
 from .peers import peer_speedup, worst_peer_speedup
@@ -34,10 +35,14 @@ class Goal:
     target: float
     at_least: bool        # met when measured ≥ target (else when measured ≤ target)
     source: str
+    needs_bf16: bool = False   # set for a CPU with AVX512-BF16: elsewhere not applicable
 
-    def verdict(self, measured):
+    def verdict(self, measured, run):
         """"met", "not met", or "within noise" when the figure's interquartile range holds
-        the target (the median may sit on either side of it by chance); NaN when missing."""
+        the target (the median may sit on either side of it by chance); NaN when missing;
+        "not applicable here" for a bfloat16 goal on a CPU without AVX512-BF16."""
+        if self.needs_bf16 and has_bf16_dot_product(run) is False:
+            return NOT_APPLICABLE
         if missing(measured):
             return math.nan
         low, high = bounds(measured)
@@ -89,6 +94,16 @@ def _worst_in_context(kernel, context, baseline, shapes=tuple(spec.CONTEXT_SHAPE
     return measure
 
 
+def _largest_cosine_loss(dtype):
+    """1 − MiniLM's smallest cosine to float32 with attention in ``dtype``, over every kernel
+    measured (a figure near 0 shows its digits, where the cosine's would round to 1)."""
+    def measure(run):
+        values = [half_min_cosine(run, kernel, dtype) for kernel in run.kernels(spec.HALF_FIDELITY)]
+        values = [value for value in values if not missing(value)]
+        return 1 - min(values) if values else math.nan
+    return measure
+
+
 def _c_tiled_thread_speedup(run):
     one, every = thread_counts(run)
     return ratio(thread_gflops(run, "c_tiled", every), thread_gflops(run, "c_tiled", one))
@@ -96,6 +111,9 @@ def _c_tiled_thread_speedup(run):
 
 SIDE_BY_SIDE = "timed side by side"
 WITHIN_NOISE = "within noise"
+NOT_APPLICABLE = "not applicable here (no AVX512-BF16)"
+BF16_DOT = ("AVX512-BF16's vdpbf16ps takes two bfloat16 products per float32 lane, twice float32's FMA "
+            "rate; bfloat16 halves the bytes besides")
 LEAD = ("a lead over PyTorch's flash-attention CPU kernel, the best CPU attention "
         "measured, larger than a shared machine's run-to-run noise")
 EVERY_PEER = ("ahead of every CPU attention a user could pick (PyTorch, ONNX Runtime, OpenVINO, "
@@ -161,6 +179,25 @@ GOALS = (
            lambda run, kernel=kernel, n=n: forward_over_numpy(run, kernel, n), target, False,
            "a faster kernel must make the model faster, not slower")
       for kernel, target in (("c_tiled", 1.0), ("numba_tiled", 1.1)) for n in spec.MODEL_OVER_NUMPY_SEQ_LENS),
+    Goal("c_tiled speed in bfloat16 over itself in float32, full, {shape}, all threads, " + SIDE_BY_SIDE,
+         lambda run: half_speedup(run, "c_tiled", "bfloat16"), 1.5, True, BF16_DOT, needs_bf16=True),
+    *(Goal(f"c_tiled speed over every peer taking bfloat16 (the smallest ratio), full and causal, {{shape}}, "
+           f"{threads}, " + SIDE_BY_SIDE, _over_every_peer("c_tiled", ("full", "causal"), "bfloat16", every),
+           target, True, EVERY_PEER + "; in bfloat16 too", needs_bf16=True)
+      for threads, every, target in (("all threads", True, 1.2), ("one thread", False, 1.1))),
+    Goal("numba_tiled speed in bfloat16 over itself in float32, full, {shape}, all threads, " + SIDE_BY_SIDE,
+         lambda run: half_speedup(run, "numba_tiled", "bfloat16"), 1.0, True,
+         "widening bfloat16 is a shift: it must cost less than the bytes it saves", needs_bf16=True),
+    Goal("c_tiled speed in float16 over itself in float32, full, {shape}, all threads, " + SIDE_BY_SIDE,
+         lambda run: half_speedup(run, "c_tiled", "float16"), 1.0, True,
+         "every AVX2 CPU widens float16 in one instruction (F16C), cheap beside the products"),
+    Goal("c_tiled speed over every peer taking float16 (the smallest ratio), full and causal, {shape}, "
+         "all threads, " + SIDE_BY_SIDE, _over_every_peer("c_tiled", ("full", "causal"), "float16", True),
+         1.2, True, EVERY_PEER + "; in float16 too"),
+    Goal("MiniLM's embeddings with every attention call in bfloat16: 1 − the smallest cosine to float32, "
+         "over the 30 bundled sentences and every kernel measured (a cosine ≥ 0.999)",
+         _largest_cosine_loss("bfloat16"), 0.001, False,
+         "rounding q, k, v to 8 significant bits must leave what a sentence means where it was"),
     Goal("first Numba call with an empty cache (compile), seconds",
          lambda run: run.value(spec.COMPILE_SECONDS), 10, False,
          "a first run a user will wait for once"),
@@ -181,7 +218,7 @@ def goals(run):
         measured = goal.measure(run)
         rows.append([goal.what.format(**fields), measured, interval(measured, fmt_number),
                      ("≥ " if goal.at_least else "≤ ") + fmt_number(goal.target),
-                     goal.verdict(measured), goal.source])
+                     goal.verdict(measured, run), goal.source])
     table = Table("goals", (Column("goal", "goal"), Column("measured", "measured (median)", fmt_number),
                             Column("interval", "interquartile range"), Column("target", "target"),
                             Column("verdict", "verdict"), Column("source", "where the target comes from")),

@@ -46,7 +46,7 @@ def speedup_table(run):
     for kernel in run.kernels(spec.PEER_SPEEDUP):
         for shape in spec.PEER_SHAPES:
             for threads in run.param_values(spec.PEER_SPEEDUP, "threads"):
-                for dtype in spec.DTYPES:
+                for dtype in spec.ALL_DTYPES:
                     values = [peer_speedup(run, peer, kernel, shape, threads, dtype) for peer in peers]
                     if all(math.isnan(value) for value in values):
                         continue

@@ -1,0 +1,97 @@
+"""The half-precision section (``HalfSpeedup``, ``HalfFidelity``, ``MultiHead``'s 16-bit
+cells): what bfloat16 and float16 buy in speed, side by side with the same kernel in
+float32, and what they cost in a real model's embeddings; against which ceiling."""
+import math
+
+from .. import bench_spec as spec
+from ..machine_id import isa_of
+from ..output import Column, Table, fmt_gflops, fmt_number, fmt_percent, fmt_ratio, ratio, text
+from .ceilings import fma_peak
+from .document import Section
+from .multi_head import headline_shape, multihead_gflops
+from .thread_scaling import thread_counts
+
+
+def half_speedup(run, kernel, dtype, shape="full", all_threads=True):
+    """The kernel's speed in ``dtype`` over its own float32 speed (float32's time ÷ the
+    16-bit call's, side by side); NaN when not measured."""
+    one, every = thread_counts(run, spec.HALF_SPEEDUP)
+    return run.value(spec.HALF_SPEEDUP, kernel=kernel, shape=shape, threads=every if all_threads else one,
+                     dtype=dtype)
+
+
+def half_min_cosine(run, kernel, dtype):
+    """MiniLM's smallest embedding cosine with attention in ``dtype`` against float32."""
+    return run.value(spec.HALF_FIDELITY, kernel=kernel, dtype=dtype)
+
+
+def has_bf16_dot_product(run):
+    """Whether the run's CPU has AVX512-BF16 (from the machine's name, ``kernels.machine_id``):
+    True, False, or None when the name does not say."""
+    isa = isa_of(run.path.parent.name)
+    return None if isa is None else "bf16" in isa.split("-")
+
+
+def _ceiling_words(run):
+    peak = text(fma_peak(run, "float32"), lambda v: f"{v:.1f} GFLOP/s")
+    bf16 = has_bf16_dot_product(run)
+    dot = {True: "This CPU has AVX512-BF16, whose `vdpbf16ps` takes two bfloat16 products per float32 lane "
+                 "and so doubles that roof for bfloat16; no kernel here uses it yet, so the float32 peak "
+                 "is the one the figures reach for.",
+           False: "This CPU has no AVX512-BF16, so no instruction multiplies bfloat16 faster than float32: "
+                  "a bfloat16 dot-product roof is not applicable here.",
+           None: "Whether this CPU has AVX512-BF16 is not known (its results folder is not named by "
+                 "`kernels.machine_id`)."}[bf16]
+    return (f"The roof for every type here is the float32 FMA peak ({peak} on every thread): the "
+            f"16-bit values are widened to float32 before any product. {dot}")
+
+
+def half_precision(run):
+    every = thread_counts(run, spec.HALF_SPEEDUP)[1]
+    peak = fma_peak(run, "float32")
+    kernels = [k for k in run.kernels(spec.MULTI_HEAD_TIME)
+               if any(not math.isnan(multihead_gflops(run, k, dtype)) for dtype in spec.HALF_DTYPES)]
+    rows = []
+    for kernel in kernels:
+        for dtype in ("float32", *spec.HALF_DTYPES):
+            full, causal = (multihead_gflops(run, kernel, dtype, causal=c) for c in (False, True))
+            # float32 over itself: 1 by definition
+            side_by_side = [1.0 if dtype == "float32" else half_speedup(run, kernel, dtype, shape, all_threads)
+                            for shape, all_threads in (("full", True), ("causal", True), ("full", False))]
+            rows.append([kernel, dtype, full, ratio(full, peak), causal, *side_by_side])
+    speed = Table("half_speed", (
+        Column("kernel", "kernel"), Column("dtype", "dtype"),
+        Column("gflops_full", "GFLOP/s, full", fmt_gflops),
+        Column("fraction_of_fma_peak", "of the float32 FMA peak", fmt_percent),
+        Column("gflops_causal", "GFLOP/s, causal", fmt_gflops),
+        Column("over_float32_full", "speed over float32, full (side by side)", fmt_ratio),
+        Column("over_float32_causal", "speed over float32, causal (side by side)", fmt_ratio),
+        Column("over_float32_full_one_thread", "… full, one thread", fmt_ratio)), rows)
+    fidelity_kernels = run.kernels(spec.HALF_FIDELITY)
+    fidelity = Table("half_fidelity", (Column("kernel", "kernel"),) + tuple(
+        Column(f"{dtype}_min_cosine", f"{dtype}: smallest cosine to float32", lambda v: f"{v:.6f}")
+        for dtype in spec.HALF_DTYPES), [
+        [kernel] + [half_min_cosine(run, kernel, dtype) for dtype in spec.HALF_DTYPES]
+        for kernel in fidelity_kernels])
+    return Section("Half precision: what it buys, what it costs", [
+        "bfloat16 (8 significand bits, float32's range) and float16 (11 bits, a range up to 65,504) "
+        "are the types models are stored and run in. Here every rung takes them as inputs and "
+        "returns them as output, but computes in float32: scores, softmax, P·V, widened exactly "
+        "from the 16-bit inputs and rounded once at the end (numpy widens whole arrays; numba_tiled "
+        "and c_tiled widen each tile as they load it). What that buys is half the bytes of q, k, v "
+        "and the output (a cache or an activation in a model twice as long for the same memory); "
+        "what it costs is the rounding of the inputs, which the harness's budget allows for (2 "
+        "unit roundoffs of the 16-bit type beyond the float32 budget).",
+        _ceiling_words(run),
+        f"GFLOP/s at {headline_shape(run)}, d = {spec.HEAD_DIM}, all threads ({text(every, fmt_number)}), "
+        "from MultiHead's time; the speed over float32 is the same kernel's float32 call and its "
+        "16-bit call alternating in one process (HalfSpeedup), so both see the same load. At "
+        "n = 4,096 attention is bound by its products, not by reading its inputs, so on the "
+        "float32 roof the 16-bit types can at best match float32.",
+        speed,
+        "What the rounding costs in a real model: all-MiniLM-L6-v2's sentence embeddings with "
+        "every attention call in the 16-bit type (q, k, v rounded before the kernel, the output "
+        "widened back; everything else in float32), the smallest cosine with the same kernel's "
+        "float32 embeddings over the 30 bundled sentences (HalfFidelity).",
+        fidelity,
+    ])
