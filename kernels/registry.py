@@ -128,9 +128,9 @@ def _peers():
         (Kernel("onnxruntime_attention", "external peer: ONNX Runtime's Attention operator (opset 23), CPU provider",
                 "O(n·d)", "kernels.peers.onnxruntime_attention", external=True, dtypes=("float32",),
                 dtype_note="it accepts float64 but computes it at float32 precision (errors ~5e-8); "
-                           "float16 it rounds the scores q·kᵀ to float16 before the softmax (errors up "
-                           "to 0.21 on large logits, 430 unit roundoffs of float16); bfloat16 it has "
-                           "no kernel for (NOT_IMPLEMENTED)",
+                           "in float16 it rounds the scores q·kᵀ to float16 before the softmax "
+                           "(error 0.21 on large logits, 434 unit roundoffs of float16, where the "
+                           "budget is 2e-3); for bfloat16 its CPU provider has no kernel (NOT_IMPLEMENTED)",
                 threading="session intra_op_num_threads = budget"),
          ["onnxruntime", "onnx"]),
         (Kernel("openvino_sdpa", "external peer: OpenVINO's ScaledDotProductAttention (opset 13), CPU plugin",

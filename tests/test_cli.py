@@ -305,13 +305,14 @@ def test_explain_refuses_a_kernel_that_cannot_run_the_page_before_making_anythin
 
 
 @pytest.mark.parametrize("peer", ["onnxruntime_attention", "openvino_sdpa", "jax_attention"])
-def test_explain_refuses_a_float32_only_peer_saying_why(capsys, tmp_path, peer):
+def test_explain_refuses_a_peer_without_float64_saying_why(capsys, tmp_path, peer):
     if peer not in kernels.KERNELS:
         pytest.skip(f"{peer} is not installed (make peers)")
     status, _, error = run_main(capsys, "explain", "--out", str(tmp_path / "page"), "--kernel", peer)
     assert status == 1
+    taken = ", ".join(kernels.KERNELS[peer].dtypes)  # float32, and the half types for some
     assert error.startswith(f"attnbench explain: kernel '{peer}' cannot compute every example of the page: "
-                            f"the 4-token example (1·4·4 = 16 scores) is in float64, and {peer} takes float32 only: ")
+                            f"the 4-token example (1·4·4 = 16 scores) is in float64, and {peer} takes {taken} only: ")
     assert "; kernels that can: numpy, numba_tiled, c_tiled" in error
     assert not (tmp_path / "page").exists()
 

@@ -3,7 +3,8 @@ for the CPU.
 
 Not a rung of ours: a baseline the fastest rung is measured against.  Registered only
 when ``jax`` is installed (``make peers``).  One jitted function per (causal form,
-scale); XLA compiles it once per shape, and the warm-up call of a benchmark pays that.
+scale); XLA compiles it once per shape and dtype, and the warm-up call of a benchmark
+pays that.
 
 JAX wants (batch, n, heads, d): the (B, n, d) arrays go in as they are and are turned
 into (1, n, B, d) inside the compiled function (measured: 25% faster than calling it
@@ -14,12 +15,36 @@ v is padded with zero columns inside the function, which changes no result.  Cau
 ``is_causal``; otherwise (it aligns top-left) a bottom-right mask built inside the
 function from two ranges.  Rows that see no key are zeroed afterwards.
 
+Half precision: bfloat16 and float16 arrays (ml_dtypes' and NumPy's) go to JAX as they
+are, and JAX's own half-precision path runs; its half result is widened into ``out``.
+What it computes in (JAX 0.10, XLA's CPU backend, read from the compiled HLO of a
+bfloat16 call): q·kᵀ is a dot with algorithm ``dot_bf16_bf16_f32`` (float32 scores),
+scaled, masked and softmaxed in float32; the normalised probabilities P are rounded to
+the input type (``probs.astype(key.dtype)``) and widened again, v is widened, P·V is a
+float32 product and its result is rounded to the input type: the two 16-bit roundings
+the harness budget allows (P and the output).  On the harness's n = 193 case, in both
+types, all its outputs equal those of an exact computation with P = softmax rounded to
+the input type (57-58% those of one without); its errors stay within 0.62 u.
+
+float16 takes the same path with one difference: ``dot_product_attention`` asks for the
+dot algorithm ``F16_F16_F32``, which XLA's CPU backend does not support, and under ``jax.jit`` lowering fails ("The
+precision 'F16_F16_F32' is not supported by dot_general on CPU"; its try/except
+fallback to the default precision only catches the error when the call is not traced).
+So float16 runs eagerly, op by op (each op compiled once and cached by JAX): the
+fallback then gives a float16 × float16 dot with float32 scores (XLA's CPU compiler
+performs float16 dots in float32), and the rest as for bfloat16.  Eager calls skip
+XLA's fusion: every intermediate (scores, exponentials, P) is a whole n_q × n_k array.
+bfloat16 goes the same way for the few shapes where XLA turns the dot into elementwise
+code that rejects ``dot_bf16_bf16_f32`` (found: B = 1 with n_q = n_k = 1, or with
+d = 1 and n_q or n_k = 1; "Algorithm not supported by the ElementalIrEmitter"): such a
+call is retried eagerly, and that shape stays eager.
+
 Memory: O(n²): XLA's implementation holds the whole score matrix (``workspace_bytes``).
 
-Declared limits (``kernels.registry``): float32 only: with 64-bit types enabled it
-returns float64 but computes the scores in float32 (errors ~1e-7 against the
-reference).  The thread budget is not honoured: XLA sizes its CPU thread pool itself
-when the backend starts, and no flag of this version changes it.
+Declared limits (``kernels.registry``): float32, bfloat16 and float16; not float64: with 64-bit
+types enabled it returns float64 but computes the scores in float32 (errors ~1e-7
+against the reference).  The thread budget is not honoured: XLA sizes its CPU thread
+pool itself when the backend starts, and no flag of this version changes it.
 """
 import functools
 
@@ -30,9 +55,8 @@ import numpy as np
 from ..reference import first_seeing_row
 
 
-@functools.lru_cache(maxsize=16)
-def _compiled(causal, square, scale):
-    """jit of (q, k, v) (B, n, d) -> (B, n_q, d_v) for one causal form and scale."""
+def _attend(causal, square, scale):
+    """(q, k, v) (B, n, d) -> (B, n_q, d_v) for one causal form and scale, not compiled."""
 
     def attend(q, k, v):
         n_q, n_k, d, d_v = q.shape[1], k.shape[1], q.shape[2], v.shape[2]
@@ -48,19 +72,51 @@ def _compiled(causal, square, scale):
                                          is_causal=causal and square)
         return jnp.swapaxes(y[0], 0, 1)[:, :, :d_v]
 
-    return jax.jit(attend)
+    return attend
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(causal, square, scale):
+    """jit of ``_attend``: one compiled function per causal form and scale."""
+    return jax.jit(_attend(causal, square, scale))
+
+
+_EAGER = set()  # (shapes, causal form, scale) of bfloat16 calls XLA's CPU compiler rejected
+
+
+def _unsupported_dot(error):
+    """True for XLA's CPU refusal of the dot algorithm dot_product_attention asks for in
+    half precision (``BF16_BF16_F32``, ``F16_F16_F32``), which its own fallback handles."""
+    return "not supported" in str(error) and "_F32" in str(error)
 
 
 def run(q, k, v, out, causal, scale):
     n_q, n_k = q.shape[1], k.shape[1]
-    out[...] = np.asarray(_compiled(causal, n_q == n_k, scale)(q, k, v))
+    form = (causal, n_q == n_k, scale)
+    key = (q.shape, k.shape, v.shape) + form
+    if q.dtype == np.float16 or key in _EAGER:
+        # not traced: dot_product_attention's own fallback to the default dot precision runs
+        result = _attend(*form)(q, k, v)
+    else:
+        try:
+            result = _compiled(*form)(q, k, v)
+        except (ValueError, jax.errors.JaxRuntimeError) as error:
+            # bfloat16 when XLA turns a degenerate dot (B = 1, a size of 1) into elementwise code
+            if q.dtype.itemsize != 2 or not _unsupported_dot(error):
+                raise
+            _EAGER.add(key)
+            result = _attend(*form)(q, k, v)
+    out[...] = np.asarray(result)  # a half result widens exactly
     out[:, : first_seeing_row(n_q, n_k, causal)] = 0.0
 
 
 def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):
-    """XLA holds the n_q × n_k scores and their softmax (measured peak: 2.0-2.1 × the
-    float32 scores at n = 2,048 and 4,096); bounded here by 3 ×."""
-    return 3 * batch * n_q * n_k * 4
+    """XLA holds the n_q × n_k scores and their softmax, in float32 whatever the inputs'
+    type (measured peak per head, n = 2,048 and 4,096: 2.0-2.2 × the float32 scores in
+    float32, and in bfloat16 without a mask; 3.2-3.3 × causal in bfloat16, where the
+    rounded P is widened into one more array; up to 4.1 × in float16, run eagerly and
+    unfused); bounded here by 5 × (``itemsize``, 4 for all three, cannot tell them apart)."""
+    return 5 * batch * n_q * n_k * 4
 
 
 def version():
