@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import kernels
 from kernels import harness
-from kernels.dtypes import FLOATS
+from kernels.dtypes import FLOATS, WIDE, float_type
 from kernels.reference import first_seeing_row, reference_attention
 from test_layers import mha_reference
 
@@ -110,8 +110,9 @@ def poisons(record, targets):
                     max_size=3)
 
 
-def dtypes(record):
-    return st.sampled_from([dtype for dtype in harness.DTYPES if record.refusal(dtype) is None])
+def dtypes(record, taken=tuple(FLOATS)):
+    """A dtype of ``taken`` (default: every type of the table) that the kernel takes."""
+    return st.sampled_from([FLOATS[name].dtype.type for name in taken if record.refusal(name) is None])
 
 
 def random_array(rng, shape, dtype, magnitude):
@@ -196,6 +197,8 @@ def error_budget(q, k, v, ref, causal, scale):
 
     float32: the largest of twice the error of the reference evaluated plainly in float32,
     8 u, and 2 u · M, M the logit bound (``logit_bound``): the harness's three terms.
+    bfloat16, float16: float32's rule (u that of float32, the type they are computed in),
+    plus the 2 u of the 16-bit type that a kernel may round (P and the output).
     float64: the harness's 1e-10, or 4 u · M where that is larger: a score of size M
     rounds by about u · M, which moves the output by up to 2 u · M (harness docstring), in
     the kernel and in the float64 reference alike; 1e-10 alone cannot hold for logits past
@@ -206,13 +209,14 @@ def error_budget(q, k, v, ref, causal, scale):
     (``assert_convex_rows``) are what the contract still promises there.
     """
     dtype = q.dtype
-    magnitude_term = UNIT_ROUNDOFF[dtype] * logit_bound(q, k, scale)
+    magnitude_term = UNIT_ROUNDOFF[float_type(dtype).compute] * logit_bound(q, k, scale)
     if dtype == np.float64:
         return max(harness.REFERENCE_BUDGET, 4 * magnitude_term)
     plain = reference_attention(q, k, v, causal=causal, scale=scale, compute_dtype=np.float32)
     plain_error = harness.compare(plain, ref, v, np.inf).error
     assert math.isfinite(plain_error), "plain float32 puts NaN elsewhere than the reference: ill-conditioned example"
-    return max(2 * plain_error, harness.budget_floor(np.float32), 2 * magnitude_term)
+    return harness.half_roundings(dtype) + max(2 * plain_error, harness.budget_floor(np.float32),
+                                               2 * magnitude_term)
 
 
 def assert_convex_rows(out, ref, v, causal):
@@ -305,7 +309,7 @@ class MultiHeadCall:
 @st.composite
 def multi_head_calls(draw, record):
     small = SIZES.fit(record) is SMALL_SIZES
-    dtype = draw(dtypes(record))
+    dtype = draw(dtypes(record, WIDE))   # the layer computes in float32 or float64
     lead = tuple(draw(st.lists(st.integers(1, 2), max_size=1)))
     n = draw(st.integers(1, 10 if small else 40))
     heads, d_head = draw(st.integers(1, 2 if small else 4)), draw(st.integers(1, 12))
@@ -401,7 +405,7 @@ class CacheSession:
 @st.composite
 def cache_sessions(draw, record):
     small = SIZES.fit(record) is SMALL_SIZES
-    dtype = draw(dtypes(record))
+    dtype = draw(dtypes(record, WIDE))   # the cache holds float32 or float64
     heads, head_dim, head_dim_v = draw(st.integers(1, 3)), draw(st.integers(1, 16)), draw(st.integers(1, 16))
     capacity = draw(st.integers(1, 8))
     tokens = st.integers(0, 6) if small else st.integers(0, 6) | st.integers(0, 120)  # few: t_q > n
