@@ -39,6 +39,11 @@ class SeqLen(_OneHead):
     params = [KERNEL_NAMES, list(spec.SEQ_LENS), list(spec.SEQ_LEN_DTYPES)]
     param_names = ["kernel", "seq_len", "dtype"]
 
+    def setup(self, kernel, seq_len, dtype):
+        if dtype in spec.HALF_DTYPES and kernel in kernels.KERNELS and kernels.KERNELS[kernel].external:
+            raise NotImplementedError("a peer's 16-bit types are measured beside c_tiled (PeerSpeedup)")
+        super().setup(kernel, seq_len, dtype)
+
     def time_attention(self, kernel, seq_len, dtype):
         self.call()
 

@@ -25,7 +25,8 @@ ITEMSIZE = {row.name: row.itemsize for row in FLOATS.values()}
 PEER = "torch_sdpa"                  # the peer the multi-head, model and decode sections compare with
 TILED = ("numba_tiled", "c_tiled")   # the rungs timed side by side against baselines
 
-# SeqLen: one head, full attention, n = 64 .. 16,384.  Quick: float32 only, and three
+# SeqLen: one head, full attention, n = 64 .. 16,384, the 16-bit types on our rungs only
+# (the peers' are measured beside c_tiled: PeerSpeedup).  Quick: float32 only, and three
 # points at n >= 1024 are kept so that the large-n fit still has enough of them.
 SEQ_LENS = (64, 256, 1024, 2048, 4096) if QUICK else tuple(2**p for p in range(6, 15))
 SEQ_LEN_DTYPES = DTYPES[:1] if QUICK else ALL_DTYPES
