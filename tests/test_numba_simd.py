@@ -12,7 +12,7 @@ from numba import njit
 
 from kernels.rungs import rung3_numba_simd as numba_simd, rung3_numba_tiled as numba_tiled
 from kernels.rungs.rung3_numba_simd import (
-    BLOCK_ROWS, VECTOR_BYTES, aligned_empty, exp2, fma_vector, prefer_wide_vectors, register_block,
+    BLOCK_ROWS, VECTOR_BYTES, aligned_empty, exp2, fma_vector, prefer_wide_vectors, register_block, widen,
 )
 
 WIDE = pytest.mark.skipif(VECTOR_BYTES != 64, reason="Numba does not compile for AVX-512 here")
@@ -24,7 +24,7 @@ def _fma_registers(asm):
 
 
 def test_vector_width_follows_the_cpu_numba_compiles_for():
-    wide = numba_simd.compiles_for_avx512()
+    wide = numba_simd.compiles_for("avx512f")
     assert (VECTOR_BYTES, BLOCK_ROWS) == ((64, 8) if wide else (32, 4))
 
 
@@ -86,15 +86,46 @@ def test_prefer_wide_vectors_lets_llvm_vectorise_with_zmm():
     assert "zmm" in "".join(_fma_registers(asm))
 
 
+@pytest.mark.parametrize("fmt", (numba_simd.BFLOAT16, numba_simd.FLOAT16, numba_simd.FLOAT16_BY_INTEGERS),
+                         ids=("bfloat16", "float16", "float16 by integers"))
+def test_widening_16_bit_inputs_vectorises_in_32_bit_lanes(fmt):
+    """LLVM vectorises a loop of widen: packed operations on whole vector registers, and
+    no 64-bit integer lanes (Numba computes uint32 arithmetic in 64 bits unless told);
+    float16 by F16C's vcvtph2ps where Numba compiles for F16C."""
+    @njit(fastmath=numba_simd.FASTMATH, error_model="numpy")
+    def widen_all(bits, out):
+        prefer_wide_vectors()
+        for i in range(bits.size):
+            out[i] = widen(bits[i], fmt)
+
+    bits = np.arange(2**16, dtype=np.uint16)
+    out = np.empty(bits.size, np.float32)
+    widen_all(bits, out)
+    asm = widen_all.inspect_asm(widen_all.signatures[0])
+    register = "zmm" if VECTOR_BYTES == 64 else "ymm"
+
+    def packed(instruction):
+        return re.findall(rf"{instruction}\s+[^\n]*%{register}\d+", asm)
+
+    if fmt == numba_simd.FLOAT16 and numba_simd.F16C:
+        assert packed("vcvtph2ps"), "F16C's conversion is not vectorised"
+    else:
+        assert packed("vpslld"), "the shift into float32's place is not vectorised"
+    if fmt == numba_simd.FLOAT16_BY_INTEGERS or fmt == numba_simd.FLOAT16 and not numba_simd.F16C:
+        assert packed("vcvtdq2ps"), "no packed int-to-float conversion"
+    assert not re.findall(r"\bvp(add|sll|cmpgt|and|or)q\b", asm), "64-bit integer lanes"
+
+
 def test_without_avx512_the_32_byte_path_stays_correct(tmp_path):
     """Numba compiling for Haswell (AVX2, no AVX-512), in a subprocess with its own cache:
-    32-byte vectors, 4 x 3 register blocks, and the tiled path through the harness's
-    cases that exercise its tails, masks and poisons, both dtypes."""
+    32-byte vectors, 4 x 3 register blocks, float16 widened by integers (no F16C named),
+    and the tiled path through the harness's cases that exercise its tails, masks and
+    poisons, every dtype (16-bit ones too)."""
     script = textwrap.dedent("""
         from dataclasses import replace
         from kernels import harness
         from kernels.rungs import rung3_numba_simd as numba_simd
-        assert (numba_simd.VECTOR_BYTES, numba_simd.BLOCK_ROWS) == (32, 4)
+        assert (numba_simd.VECTOR_BYTES, numba_simd.BLOCK_ROWS) == (32, 4) and not numba_simd.F16C
         names = {"odd d=33", "d_v=40 != d=16", "n=193 prime", "NaN in v", "Inf in q",
                  "n_q=300 n_k=1100 d=127", "large logits x30"}
         cases = [case for case in harness.CASES if case.name in names]

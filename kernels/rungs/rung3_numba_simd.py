@@ -5,31 +5,30 @@ Numba hands LLVM scalar loops and lets its loop vectoriser decide.  Several thin
 fast attention kernel (numba_tiled) needs do not come out of that; this module
 supplies them and what they are built on:
 
-- ``exp2(t)``: a branch-free 2**t that LLVM vectorises.  ``np.exp`` compiles to a
-  scalar libm call per element, which keeps the loop scalar, and there is no SVML
-  here (Intel's vector maths library, which Numba would otherwise call).  2**k is
-  built in the exponent field from the bits of k plus a magic constant, because
-  AVX2 has no float64 to int64 conversion (that is AVX-512DQ; there the trick costs
-  the same one instruction as the conversion, so one code serves both).
+- ``exp2(t)``: a branch-free 2**t that LLVM vectorises.  ``np.exp`` compiles to a scalar
+  libm call per element, which keeps the loop scalar, and there is no SVML here (Intel's
+  vector maths library, which Numba would otherwise call).  2**k is built in the exponent
+  field from the bits of k plus a magic constant: AVX2 has no float64 to int64 conversion
+  (AVX-512DQ has; there the trick costs the same one instruction, so one code serves both).
 - ``register_block(dtype)``: a (BLOCK_ROWS, panel_width(dtype)) array on the stack
-  that LLVM keeps in SIMD registers, since Numba has no way to say "keep these in
-  registers".
-- ``fma_vector(acc, i, a, x, j)``: one explicit SIMD fused multiply-add.  Numba runs
-  no SLP vectoriser, and its loop vectoriser, given a product to compute, would rather
-  sum along the contraction and pay a horizontal reduction per result.
-- ``panel_width(dtype)``: the number of columns of a register block (AVX-512: 48
-  float32, 24 float64; otherwise 24 float32, 12 float64), a compile-time constant in
-  compiled code.
+  that LLVM keeps in SIMD registers (Numba has no way to say "keep these in registers").
+- ``fma_vector(acc, i, a, x, j)``: one explicit SIMD fused multiply-add.  Numba runs no
+  SLP vectoriser, and its loop vectoriser would rather sum along the contraction and pay
+  a horizontal reduction per result.
+- ``panel_width(dtype)``: the columns of a register block (AVX-512: 48 float32, 24
+  float64; otherwise 24, 12), a compile-time constant in compiled code.
 - ``prefer_wide_vectors()``: lets LLVM's loop vectoriser use VECTOR_BYTES-wide
   vectors in the function that calls it (on AVX-512 CPUs it would use 256 bits).
 - ``aligned_empty(rows, cols, dtype)``: np.empty whose data starts on a VECTOR_BYTES
-  boundary (Numba aligns to 32 bytes, so half the 64-byte loads would straddle two
-  cache lines).
-- ``address_as_voidptr(address)``: an integer address as a pointer, so that compiled
-  code can view an array it was given by address (``numba.carray``).
-- The shape of a register block (VECTOR_BYTES, BLOCK_ROWS, BLOCK_VECTORS) and the
-  option sets for ``@njit`` and ``@overload`` (FASTMATH, OVERLOAD_OPTIONS,
-  JIT_OPTIONS, INTERNAL), shared by every kernel built on these pieces.
+  boundary (Numba aligns to 32 bytes: half the 64-byte loads would straddle two lines).
+- ``address_as_voidptr(address)``: an integer address as a pointer, for compiled code to
+  view an array it was given by address (``numba.carray``).
+- ``widen(x, fmt)``, ``widen_rows``, ``rows_in_compute_type``: 16-bit inputs (bfloat16,
+  float16), passed as their bits (``input_format``), widened exactly to float32 where a
+  kernel reads them, in loops LLVM vectorises (float16 by F16C's vcvtph2ps where Numba
+  compiles for it: ``F16C``); the format is a compile-time constant.
+- The shape of a register block (VECTOR_BYTES, BLOCK_ROWS, BLOCK_VECTORS) and the option
+  sets for ``@njit`` and ``@overload`` (FASTMATH, OVERLOAD_OPTIONS, JIT_OPTIONS, INTERNAL).
 
 Vector width: chosen once, at import, for the CPU Numba compiles for (the host, or
 NUMBA_CPU_NAME / NUMBA_CPU_FEATURES when set): with AVX-512F, 64-byte vectors and
@@ -50,7 +49,7 @@ also writes a string attribute that llvmlite's attribute set does not know about
 Caching: ``cache=True`` validates a cached function against a hash of its own source
 file only, and the code of this module is compiled into the kernels that call it, so
 editing this module leaves their cached, stale machine code in use.  After a change
-here, delete the cache files (``*.nbi``, ``*.nbc`` in ``kernels/__pycache__``, or
+here, delete the cache files (``*.nbi``, ``*.nbc`` in ``kernels/rungs/__pycache__``, or
 under NUMBA_CACHE_DIR if set).
 """
 import math
@@ -63,15 +62,17 @@ from numba.core.codegen import get_host_cpu_features
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array
 
+from ..dtypes import float_type
 
-def compiles_for_avx512():
-    """Whether the CPU Numba compiles for has AVX-512F: NUMBA_CPU_FEATURES if set (as
-    Numba's code generator reads it), else the host's features."""
+
+def compiles_for(feature):
+    """Whether the CPU Numba compiles for (NUMBA_CPU_FEATURES if set, as Numba's code
+    generator reads it, else the host's) has ``feature``: "avx512f", "f16c"."""
     features = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
-    return "+avx512f" in features.split(",")
+    return f"+{feature}" in features.split(",")
 
 
-if compiles_for_avx512():
+if compiles_for("avx512f"):
     VECTOR_BYTES = 64  # one zmm register
     BLOCK_ROWS = 8  # register block: keys (numba_tiled.qk_tile) or value columns (pv_tile) ...
 else:
@@ -235,14 +236,13 @@ def prefer_wide_vectors(typingctx):
     """Let LLVM's loop vectoriser use VECTOR_BYTES-wide vectors in the calling function.
 
     On CPUs with AVX-512, LLVM's X86 backend prefers 256-bit vectors (the tuning
-    "prefer-256-bit", from the days when zmm instructions lowered the clock), so a
-    loop it vectorises by itself (exp2 across queries) would use half the register.
-    This sets the caller's "prefer-vector-width" function attribute, which overrides
-    that per function.  llvmlite's attribute set only takes attribute names it knows,
-    so the key="value" string goes into the underlying set, whose items llvmlite
-    prints verbatim into the function's definition.  (NUMBA_CPU_FEATURES=-prefer-256-bit
-    does the same for every function of the process, but must be set before Numba
-    starts: not a choice a library can make.)  Cost: none at run time.
+    "prefer-256-bit", from the days when zmm instructions lowered the clock), so a loop
+    it vectorises by itself (exp2 across queries) would use half the register.  This
+    sets the caller's "prefer-vector-width" function attribute, which overrides that per
+    function; llvmlite's attribute set only takes names it knows, so the key="value"
+    string goes into the underlying set, printed verbatim into the function's definition.
+    (NUMBA_CPU_FEATURES=-prefer-256-bit does the same for the whole process, but must be
+    set before Numba starts: not a library's choice.)  Cost: none at run time.
     """
 
     def codegen(context, builder, signature, args):
@@ -294,11 +294,106 @@ TASK = types.void(types.voidptr, types.int64, types.int32)
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def call_arrays(call, real):
-    """A task's view of its call: the record's q, k, v and out (its addresses, with heads,
-    n_q, n_k, d and d_v) as arrays of ``real`` (np.float32 or np.float64)."""
-    q = carray(address_as_voidptr(call.q), (call.heads, call.n_q, call.d), real)
-    k = carray(address_as_voidptr(call.k), (call.heads, call.n_k, call.d), real)
-    v = carray(address_as_voidptr(call.v), (call.heads, call.n_k, call.d_v), real)
+def call_arrays(call, stored, real):
+    """A task's view of its call record: q, k, v as arrays of ``stored``, out of ``real``."""
+    q = carray(address_as_voidptr(call.q), (call.heads, call.n_q, call.d), stored)
+    k = carray(address_as_voidptr(call.k), (call.heads, call.n_k, call.d), stored)
+    v = carray(address_as_voidptr(call.v), (call.heads, call.n_k, call.d_v), stored)
     out = carray(address_as_voidptr(call.out), (call.heads, call.n_q, call.d_v), real)
     return q, k, v, out
+
+
+# 16-bit inputs reach compiled code as their bits (uint16) and a format constant, a literal
+# there, so that ``widen`` is chosen while compiling.  FLOAT16 uses F16C where Numba compiles
+# for it (LLVM would otherwise call a runtime function), else FLOAT16_BY_INTEGERS's way.
+AS_IS, BFLOAT16, FLOAT16, FLOAT16_BY_INTEGERS = 0, 1, 2, 3
+F16C = compiles_for("f16c")
+_U32 = np.uint32
+
+
+@intrinsic
+def _float16_bits_to_float32(typingctx, bits):
+    """float16 bits (uint16) to float32 by LLVM's fpext: F16C's vcvtph2ps, exact."""
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+def input_format(dtype):
+    """(stored, real, fmt) for ``dtype``: the type compiled code reads inputs as, the type it
+    computes in, the format: float32, float32, AS_IS (float64 alike); uint16, float32, FLOAT16."""
+    row = float_type(dtype)
+    if not row.is_half:
+        return row.dtype.type, row.dtype.type, AS_IS
+    return np.uint16, row.compute.type, {"bfloat16": BFLOAT16, "float16": FLOAT16}[row.name]
+
+
+def widen(x, fmt):
+    """x in the compute type, exactly; compiled code only (see _widen_overload)."""
+    raise NotImplementedError("widen is only callable from jitted code")
+
+
+@overload(widen, prefer_literal=True, jit_options=OVERLOAD_OPTIONS)
+def _widen_overload(x, fmt):
+    """A float as it is; the uint16 bits of format ``fmt`` (a literal) as the float32 of
+    equal value.  bfloat16 is float32's upper half: its bits shifted left by 16.  float16
+    in integers (5 exponent, 10 fraction bits, bias 15), by its magnitude h = bits & 0x7fff:
+    exponent 1-30, h << 13 puts the fraction in float32's place, plus 112 << 23 rebiases;
+    exponent 31 (inf, NaN), plus 224 << 23 instead (exponent 255, payload kept); exponent 0
+    (subnormal, zero), the integer h (< 1024) converted, times 2**-24, both exact; then the
+    sign bit OR-ed back.  Selects, in 32-bit integer lanes: LLVM vectorises a loop of it.
+    No float32 subnormal is made (the magic multiply, (h << 13) as float32 times 2**112,
+    makes one), so a denormals-are-zero mode cannot change a result.  Exact for all 65,536
+    patterns (tests/test_numba_half.py).  Cost per element: bfloat16 2 integer operations;
+    float16 about 10 (one conversion, one multiply), with F16C 1."""
+    if isinstance(x, types.Float):
+        return lambda x, fmt: x
+    if x != types.uint16 or not isinstance(fmt, types.IntegerLiteral) or fmt.literal_value == AS_IS:
+        return None
+    if fmt.literal_value == BFLOAT16:
+        return lambda x, fmt: _U32(_U32(x) << _U32(16)).view(np.float32)
+    if fmt.literal_value == FLOAT16 and F16C:
+        return lambda x, fmt: _float16_bits_to_float32(x)
+    # uint32 constants and a _U32() per result: Numba computes uint32 arithmetic in 64 bits
+    magnitude_mask, sign_mask, infinite, smallest_normal = _U32(0x7FFF), _U32(0x8000), _U32(0x7C00), _U32(0x400)
+    shift, sign_shift, rebias, rebias_inf = _U32(13), _U32(16), _U32(112 << 23), _U32(224 << 23)
+
+    def float16_impl(x, fmt):
+        bits = _U32(x)
+        magnitude = _U32(bits & magnitude_mask)
+        wide = _U32(_U32(magnitude << shift) + (rebias_inf if magnitude >= infinite else rebias))
+        small = np.float32(np.float32(np.int32(magnitude)) * np.float32(2.0**-24)).view(np.uint32)
+        wide = small if magnitude < smallest_normal else wide
+        return _U32(wide | _U32(_U32(bits & sign_mask) << sign_shift)).view(np.float32)
+
+    return float16_impl
+
+
+@njit(**INTERNAL)
+def widen_rows(src, first, count, dst, fmt):
+    """dst[j, c] = widen(src[first + j, c], fmt), j < count, c < src.shape[1]: vectorised."""
+    prefer_wide_vectors()
+    for j in range(count):
+        row, wide = src[first + j], dst[j]
+        for c in range(src.shape[1]):
+            wide[c] = widen(row[c], fmt)
+
+
+def rows_in_compute_type(src, first, count, scratch, fmt):
+    """(rows, start), rows[start + j] = src[first + j] in the compute type for j < count:
+    (src, first) for a float src, read in place; else widened into scratch, (scratch, 0)."""
+    raise NotImplementedError("rows_in_compute_type is only callable from jitted code")
+
+
+@overload(rows_in_compute_type, prefer_literal=True, jit_options=OVERLOAD_OPTIONS)
+def _rows_overload(src, first, count, scratch, fmt):
+    if isinstance(src.dtype, types.Float):
+        return lambda src, first, count, scratch, fmt: (src, first)
+
+    def widened_impl(src, first, count, scratch, fmt):
+        widen_rows(src, first, count, scratch, fmt)
+        return scratch, 0
+
+    return widened_impl

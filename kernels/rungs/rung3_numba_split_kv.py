@@ -12,8 +12,17 @@ loop over (head, query) merges.  Time O(B · n_q · n_k · (d + d_v)) with plain
 vectorised dot products (memory-bound); extra memory O(B · n_k / SPLIT_KV_CHUNK ·
 n_q · d_v) partials.  Same NaN/Inf and causal semantics as the tiled path.
 
-Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v), float32
-or float64, C-contiguous, validated by the caller; B is batch and heads flattened.
+Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v), float32,
+float64, bfloat16 or float16 (out, partials float32 for these), C-contiguous, validated
+by the caller; B is batch and heads flattened.
+
+bfloat16 and float16 come as their bits (uint16) and are widened exactly to float32
+inside each task: the queries as they are scaled, keys and values KEY_BLOCK rows at a
+time into a scratch block (KEY_BLOCK x max(d, d_v) float32), each row once for all the
+head's queries; never a widened copy of the cache.  Everything after is float32, as for
+float32 inputs; only the output is rounded (by the API).  Cost: O(n_q · d + n_k · (d +
+d_v)) widening per head, beside its O(n_q · n_k · (d + d_v)) products; with n_q = 1 the
+two are of one order (decoding is memory-bound), but the rows read are half as wide.
 """
 import functools
 
@@ -21,12 +30,15 @@ import numpy as np
 from numba import carray, cfunc, njit
 
 from ..threads import address, parallel_for, threads_for
-from .rung3_numba_simd import INTERNAL, JIT_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2
+from .rung3_numba_simd import (
+    INTERNAL, JIT_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2, input_format, rows_in_compute_type, widen,
+)
 
 # A query tile would pad a few queries to a whole panel (24 float32 rows) and leave the
 # threads idle, so up to this many queries per head split the keys instead.
 SPLIT_KV_MAX_ROWS = 4
 SPLIT_KV_CHUNK = 256  # keys per split-KV task
+KEY_BLOCK = 32  # 16-bit inputs: keys (and values) widened at a time, into a scratch block
 
 # What a task needs of its call: the arrays' addresses and shapes and the call's
 # constants, filled by run() and read by the compiled tasks.
@@ -39,10 +51,13 @@ CALL = np.dtype([
 
 
 @njit(**INTERNAL)
-def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc):
+def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc, fmt):
     """One split-KV task: every query of one head against the keys j0 <= j < j1.
 
     q (n_q, d), k (n_k, d), v (n_k, d_v); query i sees keys j < i + 1 + offset.
+    q, k, v are of acc's type, read in place, or the uint16 bits of the 16-bit format
+    fmt (a literal): q widened as it is scaled, K and V a block of KEY_BLOCK rows at a
+    time into a scratch block, each row widened once for all queries.
     Writes, per query, the chunk's max m and sum l of P = 2**((S - m) · log2_scale)
     into stats (n_q, 2), and the un-normalised acc (n_q, d_v) = P V.  A query that sees
     none of the chunk gets m = -inf, l = 0, acc = 0; keys past its limit never enter.
@@ -51,16 +66,18 @@ def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc):
     """
     n_q, d = q.shape
     d_v = v.shape[1]
-    dtype = q.dtype
+    dtype = acc.dtype
     neg_inf = dtype.type(-np.inf)
     zero = dtype.type(0.0)
     # scratch: the scaled queries (q_factor · q) and this chunk's scores, then P
     scratch = np.empty((n_q, d + SPLIT_KV_CHUNK), dtype)
+    # 16-bit inputs: a block of keys or values widened (nothing for a float type)
+    block = np.empty((KEY_BLOCK if fmt else 0, max(d, d_v)), dtype)
     visible = np.empty(n_q, np.int64)
     for r in range(n_q):
         visible[r] = min(j1, max(j0, r + 1 + offset)) - j0  # non-decreasing in r
         for c in range(d):
-            scratch[r, c] = q[r, c] * q_factor
+            scratch[r, c] = widen(q[r, c], fmt) * q_factor
     keys = visible[n_q - 1]
     # Key j is seen by the rows first_row[j] ... n_q - 1 (visible is non-decreasing), so
     # both products loop over exactly those rows.  (A test "j < visible[r]" around the
@@ -72,14 +89,16 @@ def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc):
             first += 1
         first_row[j] = first
     # S = (q_factor · Q) K_chunkᵀ, only the keys each query sees
-    for j in range(keys):
-        k_row = k[j0 + j]
-        for r in range(first_row[j], n_q):
-            q_row = scratch[r, :d]
-            s = zero
-            for c in range(d):
-                s += q_row[c] * k_row[c]
-            scratch[r, d + j] = s
+    for b in range(0, keys, KEY_BLOCK):
+        rows, start = rows_in_compute_type(k, j0 + b, min(KEY_BLOCK, keys - b), block, fmt)
+        for j in range(b, min(b + KEY_BLOCK, keys)):
+            k_row = rows[start + j - b]
+            for r in range(first_row[j], n_q):
+                q_row = scratch[r, :d]
+                s = zero
+                for c in range(d):
+                    s += q_row[c] * k_row[c]
+                scratch[r, d + j] = s
     # m = rowmax S (fmax skips a NaN score, which poisons the row through P),
     # P = 2**((S - m) · log2_scale), l = rowsum P; shift by 0 while m = -inf, as
     # online_softmax does, so that P = 0 rather than NaN
@@ -99,13 +118,15 @@ def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc):
         acc[r, :] = 0
     # acc = P V_chunk, again over the rows that see each key; a key is never skipped
     # for a zero weight (0 · NaN must give NaN)
-    for j in range(keys):
-        v_row = v[j0 + j]
-        for r in range(first_row[j], n_q):
-            p = scratch[r, d + j]
-            acc_row = acc[r]
-            for c in range(d_v):
-                acc_row[c] += p * v_row[c]
+    for b in range(0, keys, KEY_BLOCK):
+        rows, start = rows_in_compute_type(v, j0 + b, min(KEY_BLOCK, keys - b), block, fmt)
+        for j in range(b, min(b + KEY_BLOCK, keys)):
+            v_row = rows[start + j - b]
+            for r in range(first_row[j], n_q):
+                p = scratch[r, d + j]
+                acc_row = acc[r]
+                for c in range(d_v):
+                    acc_row[c] += p * v_row[c]
 
 
 @njit(**INTERNAL)
@@ -151,32 +172,33 @@ def call_partials(call, real):
 #     key_chunk_task(dtype)    one (head, chunk of SPLIT_KV_CHUNK keys), its partials
 #                              into stats and acc
 #     merge_task(dtype)        one (head, query) merged from them
-# A task closes over its scalar type only, so that Numba's cache finds it again.
+# A task closes over plain constants only (``input_format``: the input and compute
+# scalar types, the 16-bit format), so that Numba's cache finds it again.
 @functools.cache
 def key_chunk_task(dtype):
-    real = np.dtype(dtype).type
+    stored, real, fmt = input_format(dtype)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def key_chunk(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, _ = call_arrays(call, real)
+        q, k, v, _ = call_arrays(call, stored, real)
         stats, acc = call_partials(call, real)
         head, chunk = task // call.n_chunks, task % call.n_chunks
         j0 = chunk * SPLIT_KV_CHUNK
         attend_key_chunk(q[head], k[head], v[head], j0, min(call.n_k, j0 + SPLIT_KV_CHUNK), call.offset,
-                         real(call.q_factor), real(call.log2_scale), stats[head, chunk], acc[head, chunk])
+                         real(call.q_factor), real(call.log2_scale), stats[head, chunk], acc[head, chunk], fmt)
 
     return key_chunk
 
 
 @functools.cache
 def merge_task(dtype):
-    real = np.dtype(dtype).type
+    stored, real, _ = input_format(dtype)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def merge(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        _, _, _, out = call_arrays(call, real)
+        _, _, _, out = call_arrays(call, stored, real)
         stats, acc = call_partials(call, real)
         head, r = task // call.n_q, task % call.n_q
         merge_chunks(stats[head, :, r], acc[head, :, r], out[head, r], r + 1 + call.offset > 0,
@@ -185,16 +207,17 @@ def merge_task(dtype):
     return merge
 
 
-def run(q, k, v, out, offset, q_factor, log2_scale):
-    """out (B, n_q, d_v) from q, k, v as ``rung3_numba_tiled.run`` gets them, with its
-    offset (query i sees keys j < i + 1 + offset), sign of the scale (q_factor) and
-    |scale| · log2(e).  Extra memory: partials of B · n_chunks · n_q · (d_v + 2)."""
+def run(q, k, v, out, offset, q_factor, log2_scale, dtype):
+    """out (B, n_q, d_v) from q, k, v as ``rung3_numba_tiled.run`` gets them (16-bit
+    inputs as uint16 views; ``dtype`` is the inputs' own), with its offset (query i sees
+    keys j < i + 1 + offset), sign of the scale (q_factor) and |scale| · log2(e).
+    Extra memory: partials of B · n_chunks · n_q · (d_v + 2) in out's type."""
     heads, n_q, d = q.shape
     n_k, d_v = v.shape[1], v.shape[2]
     n_chunks = -(-n_k // SPLIT_KV_CHUNK)
-    stats = np.empty((heads, n_chunks, n_q, 2), q.dtype)
-    acc = np.empty((heads, n_chunks, n_q, d_v), q.dtype)
+    stats = np.empty((heads, n_chunks, n_q, 2), out.dtype)
+    acc = np.empty((heads, n_chunks, n_q, d_v), out.dtype)
     call = np.array([(*map(address, (q, k, v, out, stats, acc)), heads, n_q, n_k, d, d_v, n_chunks,
                       offset, q_factor, log2_scale)], CALL)
-    parallel_for(heads * n_chunks, threads_for(2.0 * heads * n_q * n_k * (d + d_v)), key_chunk_task(q.dtype), call)
-    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(q.dtype), call)
+    parallel_for(heads * n_chunks, threads_for(2.0 * heads * n_q * n_k * (d + d_v)), key_chunk_task(dtype), call)
+    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(dtype), call)

@@ -46,8 +46,9 @@ the register-block shape (chosen for the CPU at import) and the JIT option sets 
 from ``rung3_numba_simd``, which explains how they work.
 
 Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
-float32 or float64; B is batch and heads flattened.  A call under the pool's size for
-threads (``threads.threads_for``) runs on the calling thread alone.
+float32, float64, bfloat16 or float16 (out float32 for these); B is batch and heads
+flattened.  A call under the pool's size for threads (``threads.threads_for``) runs on
+the calling thread alone.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
 extra memory O(threads · TILE_Q · (TILE_K + d + d_v)), independent of n: per-task
 scratch tiles only.
@@ -55,6 +56,16 @@ Causal: query i sees keys j <= i + (n_k - n_q).  Key tiles a query tile cannot s
 are skipped; on a tile crossing the diagonal a key a query does not see gets the
 score -inf and stays out of that query's P V, so that not even 0 · NaN reaches it.
 Tasks are handed out heaviest first (``task_order``).
+
+bfloat16 and float16: the inputs reach the tasks as their bits (uint16) and are widened
+to float32, exactly (``rung3_numba_simd.widen``), inside the tiles: Qᵀ as it is filled,
+the V tile as it is copied, and each key tile into a float32 scratch tile (TILE_K x d)
+that qk_tile reads (float32 and float64 keys are read in place, as before).  No
+widened copy of a whole input is made.  Scores, softmax, P and P·V are float32, as for
+float32 inputs; nothing is rounded to 16 bits here but the output, which the API rounds.
+Cost: the widening is O(TILE_Q · d + n_k · (d + d_v)) per query tile, beside its
+O(TILE_Q · n_k · (d + d_v)) products; one more scratch tile per task.  A 16-bit dtype
+gets its own compiled task, the format a constant in it.
 
 Decoding (up to SPLIT_KV_MAX_ROWS = 4 queries per head) takes the split-KV path of
 ``rung3_numba_split_kv`` instead.
@@ -69,7 +80,7 @@ from ..threads import address, parallel_for, threads_for
 from . import rung3_numba_split_kv
 from .rung3_numba_simd import (
     BLOCK_ROWS, BLOCK_VECTORS, INTERNAL, JIT_OPTIONS, TASK, aligned_empty, call_arrays, exp2, fma_vector,
-    panel_width, prefer_wide_vectors, register_block,
+    input_format, panel_width, prefer_wide_vectors, register_block, rows_in_compute_type, widen, widen_rows,
 )
 from .rung3_numba_split_kv import SPLIT_KV_MAX_ROWS
 
@@ -217,13 +228,16 @@ def task_order(task, n_heads, n_query_tiles):
 
 
 @njit(**INTERNAL)
-def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale):
+def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, fmt):
     """out[i0 : i0 + TILE_Q] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
     out (n_q, d_v).  Query i sees keys j < i + 1 + offset; the scores are
-    (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax."""
+    (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax.  q, k, v are
+    of out's type, or the uint16 bits of the 16-bit format fmt (a literal), widened
+    as the tiles are filled: Qᵀ and the V tile as they are copied, each key tile
+    into a scratch tile that qk_tile reads (a float k is read in place)."""
     n_q, d = q.shape
     n_k, d_v = v.shape
-    dtype = q.dtype
+    dtype = out.dtype
     n_rows = min(TILE_Q, n_q - i0)
     # The last tile is cut to whole panels, so a short query (decoding, n_q = 1)
     # does not pay for a whole tile.
@@ -237,17 +251,19 @@ def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale):
     st = aligned_empty(TILE_K, rows, dtype)
     ot = aligned_empty(width, rows, dtype)
     v_tile = aligned_empty(TILE_K, width, dtype)
+    k_tile = aligned_empty(TILE_K if fmt else 0, d, dtype)  # 16-bit keys, widened
     state = aligned_empty(5, rows, dtype)
     m, l, alpha, m_new, shift = state[0], state[1], state[2], state[3], state[4]
     visible = np.empty(rows, np.int64)
     qt[:] = 0
     ot[:] = 0
     v_tile[:] = 0
+    k_tile[:] = 0  # rows past a tile's keys are read (their scores never are): no garbage
     m[:] = -np.inf
     l[:] = 0
     for r in range(n_rows):
         for c in range(d):
-            qt[c, r] = q[i0 + r, c] * q_factor
+            qt[c, r] = widen(q[i0 + r, c], fmt) * q_factor
     # Key tiles past the last row's horizon are never visited (causal skipping).
     keys_seen_by_last = min(n_k, max(0, i0 + n_rows + offset))
     for j0 in range(0, keys_seen_by_last, TILE_K):
@@ -256,15 +272,14 @@ def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale):
         for r in range(rows):
             visible[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
         keys = visible[rows - 1]
-        qk_tile(qt, k, j0, visible, st)
+        keys_read, first_key = rows_in_compute_type(k, j0, keys, k_tile, fmt)
+        qk_tile(qt, keys_read, first_key, visible, st)
         if visible[0] < keys:
             mask_causal(st, visible, keys)
         online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift)
         # The copy's padding columns (zeros) let the last register block of value
         # columns read whole rows, even when d_v is not a multiple of BLOCK_ROWS.
-        for j in range(keys):
-            for c in range(d_v):
-                v_tile[j, c] = v[j0 + j, c]
+        widen_rows(v, j0, keys, v_tile, fmt)
         pv_tile(st, v_tile, visible, alpha, ot)
     for r in range(n_rows):
         # A row that sees no key has O = 0 and gets zeros; one whose scores
@@ -287,27 +302,33 @@ CALL = np.dtype([
 # The task, compiled as a C callback the pool calls (``call`` points to one CALL record),
 # for one dtype and only when a call first needs it (a cached process loads only what it
 # runs): attention for one (head, query tile) pair, allocating no more than its tiles.
-# It closes over its scalar type only, so that Numba's cache finds it again in the next
-# process (a closure over a dispatcher would be compiled anew in each).
+# It closes over plain constants only (its input and compute scalar types and the 16-bit
+# format, ``input_format``), so that Numba's cache finds it again in the next process
+# (a closure over a dispatcher would be compiled anew in each); the format reaches
+# attend_query_tile as a literal, compiled into its own specialisation.
 @functools.cache
 def query_tile_task(dtype):
-    real = np.dtype(dtype).type
+    stored, real, fmt = input_format(dtype)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def query_tile(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, out = call_arrays(call, real)
+        q, k, v, out = call_arrays(call, stored, real)
         head, tile = task_order(task, call.heads, call.n_query_tiles)
         attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, call.offset,
-                          real(call.q_factor), real(call.log2_scale))
+                          real(call.q_factor), real(call.log2_scale), fmt)
 
     return query_tile
 
 
 def run(q, k, v, out, causal, scale):
-    """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v), out (B, n_q, d_v): C-contiguous,
-    same dtype (float32 or float64), already validated.  Writes every element of out.
-    Up to SPLIT_KV_MAX_ROWS queries per head (decoding) take the split-KV path."""
+    """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v): C-contiguous, one dtype of
+    ``kernels.dtypes``, already validated; out (B, n_q, d_v) of its compute type.  Writes
+    every element of out.  Up to SPLIT_KV_MAX_ROWS queries per head (decoding) take the
+    split-KV path.  16-bit inputs go to compiled code as their bits (uint16 views)."""
+    dtype = q.dtype
+    stored = input_format(dtype)[0]
+    q, k, v = (a.view(stored) for a in (q, k, v))
     heads, n_q, d = q.shape
     n_k, d_v = v.shape[1], v.shape[2]
     offset = n_k - n_q if causal else n_k   # query i sees keys j < i + 1 + offset
@@ -317,10 +338,10 @@ def run(q, k, v, out, causal, scale):
     # score (-inf) still weighs exp(-inf) = 0 rather than exp(-inf · 0) = NaN.
     q_factor, log2_scale = np.sign(scale), abs(scale) * LOG2_E if scale != 0 else 1.0
     if n_q <= SPLIT_KV_MAX_ROWS:
-        rung3_numba_split_kv.run(q, k, v, out, offset, q_factor, log2_scale)
+        rung3_numba_split_kv.run(q, k, v, out, offset, q_factor, log2_scale, dtype)
         return
     n_query_tiles = -(-n_q // TILE_Q)
     call = np.array([(*map(address, (q, k, v, out)), heads, n_q, n_k, d, d_v, n_query_tiles, offset,
                       q_factor, log2_scale)], CALL)
     parallel_for(heads * n_query_tiles, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
-                 query_tile_task(q.dtype), call)
+                 query_tile_task(dtype), call)
