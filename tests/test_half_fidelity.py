@@ -17,8 +17,8 @@ in the roundings of q, k, v and the output, each at most the type's unit roundof
 The floor that rounding alone sets, float64 attention on the rounded inputs rounded once,
 measured 0.194 u² (bfloat16) and 0.195 u² (float16): a float32 kernel lands on it to within
 its summation order, which rounds some values the other way (so does the BLAS's: one
-thread or two moved float16's worst by up to 30%).  The bound, 1 − cos <= 0.4·u², is twice the worst of them: room for
-another kernel's or machine's order, while errors 1.4 times one rounding's fail it
+thread or two moved float16's worst by up to 30%).  The bound, 1 − cos <= 0.4·u², is
+twice the worst of them: room for another kernel's or machine's order, while errors 1.4 times one rounding's fail it
 (bfloat16 output truncated instead of rounded measured 0.52 u²; q, k, v each off by
 another u at random, 0.49 u²).  In bfloat16 it is cos >= 0.9999939, far above the issue's
 goal of 0.999.
