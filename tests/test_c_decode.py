@@ -12,12 +12,18 @@ import numpy as np
 import pytest
 
 from kernels import harness
+from kernels.dtypes import FLOATS
 from kernels.rungs import rung4_c_tiled as c_tiled
 from kernels.harness import Case
 from kernels.reference import reference_attention
 from kernels.threads import using_budget
 
 HEADS = (3,)
+
+
+def compute_type(dtype):
+    """The type of run()'s out for inputs of ``dtype`` (float32 for the 16-bit types)."""
+    return FLOATS[np.dtype(dtype).name].compute
 
 
 def assert_passes(case, dtype, n_threads):
@@ -77,7 +83,7 @@ def test_nan_key_reaches_only_the_rows_that_see_it(isa):
         k, v = rng.standard_normal((2, 2, 4, 8))
         {"k": k, "v": v}[target][:, 3, 5] = np.nan
         for dtype in harness.DTYPES:
-            out = np.empty((2, 3, 8), dtype)
+            out = np.empty((2, 3, 8), compute_type(dtype))
             c_tiled.run(*(a.astype(dtype) for a in (q, k, v)), out, True, 1 / np.sqrt(8))
             ref = reference_attention(q, k, v, causal=True)
             assert np.isfinite(out[:, :2]).all(), (target, dtype)
@@ -92,7 +98,7 @@ def test_rows_that_see_no_key_are_zero(isa, n_q, n_k, dtype, n_threads):
     case = Case(f"decode n_q={n_q} > n_k={n_k}", HEADS, n_q, n_k, 8, 8, causal=True)
     assert_passes(case, dtype, n_threads)
     q, k, v = case.inputs(dtype)
-    out = np.full((*HEADS, n_q, 8), np.nan, dtype)
+    out = np.full((*HEADS, n_q, 8), np.nan, compute_type(dtype))
     with using_budget(n_threads):
         c_tiled.run(q, k, v, out, True, 1 / np.sqrt(8))
     assert (out[:, :n_q - n_k] == 0).all()
@@ -107,7 +113,7 @@ def test_all_minus_inf_scores_give_nan_as_the_reference(isa, dtype):
     q[..., 0] = -np.inf
     k = np.ones((1, n_k, 4), dtype)
     v = np.ones((1, n_k, 4), dtype)
-    out = np.empty((1, 1, 4), dtype)
+    out = np.empty((1, 1, 4), compute_type(dtype))
     with using_budget(2):
         c_tiled.run(q, k, v, out, False, 0.5)
     assert np.isnan(out).all()

@@ -71,6 +71,8 @@ def run(q, k, v, out, causal, scale):
     already validated; out (B, n_q, d_v) of its compute type (float32 for the 16-bit
     types, which go to C as their bits). Writes every element of out."""
     forward, pointer, out_pointer = _FORWARD[q.dtype]
+    if out.dtype != FLOATS[q.dtype.name].compute:   # C would write past a narrower out
+        raise TypeError(f"c_tiled: out must be {FLOATS[q.dtype.name].compute} for {q.dtype} inputs, got {out.dtype}")
     batch, n_q, d = q.shape
     n_k, d_v = v.shape[1], v.shape[2]
     if q.dtype.itemsize == 2:  # bfloat16's dtype has no buffer-protocol format: pass the bits
