@@ -68,8 +68,12 @@ def _scale_constant(scale, element_type, dtype):
     the scale shares q's type)."""
     if element_type == openvino.Type.f32:
         return ops.constant(np.float32(scale))
-    bits = np.array(scale, dtype=dtype).view(np.uint16)
-    return ops.constant(openvino.Tensor(bits, [], element_type))
+    # A tensor of OpenVINO's own memory, the bits written into it: a constant made from a
+    # tensor shares that tensor's memory, and one sharing a NumPy temporary's read freed
+    # memory once it was gone (wrong results when other threads reused it).
+    tensor = openvino.Tensor(element_type, openvino.Shape([]))
+    tensor.data.view(np.uint16)[...] = np.array(scale, dtype=dtype).view(np.uint16)
+    return ops.constant(tensor)
 
 
 @functools.lru_cache(maxsize=8)
