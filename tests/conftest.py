@@ -124,3 +124,14 @@ def minilm_model():
         return minilm.load()
     except minilm.ModelNotInstalled as missing:
         pytest.skip(str(missing))
+
+
+@pytest.fixture
+def model_missing(monkeypatch):
+    """The model as if not installed (installed or not): for what must not need it."""
+    from kernels.models import minilm
+
+    monkeypatch.setattr(minilm.importlib.util, "find_spec", lambda name: None)
+    minilm.load.cache_clear()
+    yield
+    minilm.load.cache_clear()

@@ -107,15 +107,6 @@ def test_half_attention_keeps_the_head_mask():
     assert 1 - float(half[0] @ masked[0]) < 1e-5 < 1 - float(half[0] @ unmasked[0])
 
 
-@pytest.fixture
-def model_missing(monkeypatch):
-    """The model as if not installed (installed or not): for what must not need it."""
-    monkeypatch.setattr(minilm.importlib.util, "find_spec", lambda name: None)
-    minilm.load.cache_clear()
-    yield
-    minilm.load.cache_clear()
-
-
 @pytest.mark.usefixtures("model_missing")
 @pytest.mark.parametrize("bad", ["float32", np.float64, np.int8, "bf16", np.dtype(np.float32)])
 def test_a_bad_attention_dtype_is_a_type_error_before_the_model_is_loaded(bad):

@@ -96,15 +96,6 @@ def test_removing_every_head_leaves_only_the_feed_forward_path():
         minilm.encode(text, head_mask=np.ones(12))
 
 
-@pytest.fixture
-def model_missing(monkeypatch):
-    """The model as if not installed (installed or not): for what must not need it."""
-    monkeypatch.setattr(minilm.importlib.util, "find_spec", lambda name: None)
-    minilm.load.cache_clear()
-    yield
-    minilm.load.cache_clear()
-
-
 @pytest.mark.usefixtures("model_missing")
 def test_without_the_model_every_entry_point_says_how_to_install_it():
     for call in (lambda: minilm.encode("text"), lambda: minilm.attentions("text"),
