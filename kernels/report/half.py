@@ -51,12 +51,14 @@ def half_precision(run):
     peak = fma_peak(run, "float32")
     kernels = [k for k in run.kernels(spec.MULTI_HEAD_TIME)
                if any(not math.isnan(multihead_gflops(run, k, dtype)) for dtype in spec.HALF_DTYPES)]
+    timed = run.kernels(spec.HALF_SPEEDUP)
     rows = []
     for kernel in kernels:
         for dtype in ("float32", *spec.HALF_DTYPES):
             full, causal = (multihead_gflops(run, kernel, dtype, causal=c) for c in (False, True))
-            # float32 over itself: 1 by definition
-            side_by_side = [1.0 if dtype == "float32" else half_speedup(run, kernel, dtype, shape, all_threads)
+            # float32 over itself: 1 by definition, for the kernels timed so
+            side_by_side = [(1.0 if kernel in timed else math.nan) if dtype == "float32"
+                            else half_speedup(run, kernel, dtype, shape, all_threads)
                             for shape, all_threads in (("full", True), ("causal", True), ("full", False))]
             rows.append([kernel, dtype, full, ratio(full, peak), causal, *side_by_side])
     speed = Table("half_speed", (
@@ -69,7 +71,7 @@ def half_precision(run):
         Column("over_float32_full_one_thread", "… full, one thread", fmt_ratio)), rows)
     fidelity_kernels = run.kernels(spec.HALF_FIDELITY)
     fidelity = Table("half_fidelity", (Column("kernel", "kernel"),) + tuple(
-        Column(f"{dtype}_min_cosine", f"{dtype}: smallest cosine to float32", lambda v: f"{v:.6f}")
+        Column(f"{dtype}_min_cosine", f"{dtype}: smallest cosine to float32", lambda v: f"{v:.8f}")
         for dtype in spec.HALF_DTYPES), [
         [kernel] + [half_min_cosine(run, kernel, dtype) for dtype in spec.HALF_DTYPES]
         for kernel in fidelity_kernels])
