@@ -19,23 +19,29 @@ bounds a kernel in it (the report's ceilings), the suffix of the C entry point
 kernels that take it, and their tests.
 
 bfloat16 is not NumPy's own: its dtype comes from ``ml_dtypes`` (the extension JAX uses),
-which also gives NumPy its casts to and from float32, correctly rounded.
+which also gives NumPy its casts to and from float32, correctly rounded.  Its extension
+takes over a second to import, so it is imported when a row's ``dtype`` is first asked
+for (an array of bfloat16 that a caller made has imported it already).
 """
+import functools
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 
 @dataclass(frozen=True)
 class Float:
     name: str               # "float32"
-    dtype: np.dtype
     unit_roundoff: float    # u = 2^-p for p significand bits: the relative error of one rounding
     compute: np.dtype       # the type the kernels accumulate in; their output buffer's type
     gemm: str               # the BLAS product of the compute type ("sgemm"), the report's compute ceiling
     c_suffix: str           # the C entry point attn_forward_<suffix>
     c_pointer: str          # its input element pointer type, for cffi (16-bit types: their bits)
+
+    @property
+    def dtype(self):
+        """NumPy's dtype of the type (bfloat16's imports ml_dtypes, once)."""
+        return _numpy_dtype(self.name)
 
     @property
     def itemsize(self):
@@ -49,18 +55,26 @@ class Float:
     @property
     def is_half(self):
         """A 16-bit type: kernels widen it to float32 and round their result back to it."""
-        return self.compute != self.dtype
+        return self.compute.name != self.name
+
+
+@functools.cache
+def _numpy_dtype(name):
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 REFERENCE = np.dtype(np.float64)   # the precision of kernels.reference, the truth
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOATS = {row.name: row for row in (
-    Float("float32", _F32, 2.0**-24, _F32, "sgemm", "f32", "float *"),
-    Float("float64", _F64, 2.0**-53, _F64, "dgemm", "f64", "double *"),
+    Float("float32", 2.0**-24, _F32, "sgemm", "f32", "float *"),
+    Float("float64", 2.0**-53, _F64, "dgemm", "f64", "double *"),
     # 8 and 11 significand bits; the products and sums run in float32 (sgemm's roof, until a
     # kernel uses a bf16 dot-product instruction)
-    Float("bfloat16", np.dtype(ml_dtypes.bfloat16), 2.0**-8, _F32, "sgemm", "bf16", "uint16_t *"),
-    Float("float16", np.dtype(np.float16), 2.0**-11, _F32, "sgemm", "f16", "uint16_t *"),
+    Float("bfloat16", 2.0**-8, _F32, "sgemm", "bf16", "uint16_t *"),
+    Float("float16", 2.0**-11, _F32, "sgemm", "f16", "uint16_t *"),
 )}
 NAMES = tuple(FLOATS)
 WIDE = tuple(name for name, row in FLOATS.items() if not row.is_half)
@@ -79,7 +93,7 @@ def float_type(dtype, names=NAMES):
     """The ``Float`` row of ``dtype`` (a NumPy dtype, a type or a name); TypeError saying
     which types of ``names`` are taken when it is not one of them (None too, which NumPy
     would read as float64)."""
-    name = _name(dtype)
+    name = type_name(dtype)
     if name not in names:
         raise TypeError(f"dtype must be {listing(names)}, got {name}")
     return FLOATS[name]
@@ -88,13 +102,15 @@ def float_type(dtype, names=NAMES):
 def require(dtype, what, user, names=NAMES):
     """``float_type`` for an argument: TypeError "``what`` has dtype ...; ``user`` takes
     float32 or float64"."""
-    name = _name(dtype)
+    name = type_name(dtype)
     if name not in names:
         raise TypeError(f"{what} has dtype {name}; {user} takes {listing(names)}")
     return FLOATS[name]
 
 
-def _name(dtype):
+def type_name(dtype):
+    """The name of a NumPy dtype, a type or a name ("bfloat16" also before ml_dtypes is
+    imported); "None" for None."""
     if dtype is None:
         return "None"
     try:

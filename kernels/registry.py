@@ -25,8 +25,6 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
-
 from . import dtypes as float_types
 
 
@@ -67,8 +65,7 @@ class Kernel:
 
     def refusal(self, dtype):
         """Why this kernel does not take inputs of ``dtype``, or None when it does."""
-        name = np.dtype(dtype).name
-        if name in self.dtypes:
+        if float_types.type_name(dtype) in self.dtypes:
             return None
         return f"{self.name} takes {', '.join(self.dtypes)} only: {self.dtype_note}"
 

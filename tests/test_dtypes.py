@@ -1,5 +1,8 @@
 """kernels.dtypes: the one table of floating-point types, checked against NumPy and the C
 extension, and the errors it words for every entry point."""
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -64,3 +67,16 @@ def test_a_16_bit_call_returns_its_type_rounded_once_from_float32(half):
 def test_none_is_not_a_dtype():
     with pytest.raises(TypeError, match=f"dtype must be {TAKEN}, got None"):
         dtypes.float_type(None)     # np.dtype(None) would be float64
+
+
+def test_import_kernels_leaves_ml_dtypes_until_bfloat16_is_asked_for():
+    """ml_dtypes' extension takes over a second to import: `import kernels`, and a float32
+    call, must not pay for it; the bfloat16 row's dtype imports it."""
+    script = ("import sys, numpy as np, kernels\n"
+              "q = np.ones((1, 4, 8), np.float32)\n"
+              "kernels.attention(q, q, q, kernel='numpy')\n"
+              "assert kernels.KERNELS['numpy'].refusal('bfloat16') is None\n"
+              "assert 'ml_dtypes' not in sys.modules\n"
+              "from kernels import dtypes\n"
+              "assert dtypes.FLOATS['bfloat16'].dtype.name == 'bfloat16' and 'ml_dtypes' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", script], check=True)
