@@ -21,7 +21,9 @@ SMALL_ALLOCATION = 64 * 2**20  # bytes; below this a failed allocation is NumPy'
 
 @dataclass(frozen=True)
 class Problem:
-    """The validated shape of one call: inputs (*batch_shape, n, d) etc."""
+    """The validated shape of one call: q (*batch_shape, n_q, d), k (*kv_shape, n_k, d),
+    v (*kv_shape, n_k, d_v), where kv_shape is batch_shape with its last (head) axis
+    divided by ``group`` (grouped-query attention; group 1: plain multi-head)."""
 
     batch_shape: tuple
     n_q: int
@@ -31,10 +33,17 @@ class Problem:
     dtype: np.dtype
     causal: bool
     scale: float
+    group: int = 1
 
     @property
     def batch(self):
+        """Query heads: the leading dimensions of q flattened."""
         return math.prod(self.batch_shape)
+
+    @property
+    def kv_batch(self):
+        """K/V heads: the leading dimensions of k and v flattened."""
+        return self.batch // self.group
 
     @property
     def out_shape(self):
@@ -43,7 +52,7 @@ class Problem:
     @property
     def input_bytes(self):
         """Bytes of q, k and v together."""
-        return self.batch * (self.n_q * self.d + self.n_k * (self.d + self.d_v)) * self.dtype.itemsize
+        return (self.batch * self.n_q * self.d + self.kv_batch * self.n_k * (self.d + self.d_v)) * self.dtype.itemsize
 
     @property
     def output_bytes(self):
@@ -80,16 +89,18 @@ class ExtensionNotBuilt(ImportError):
         )
 
 
-def planned(batch_shape, n_q, n_k, d, d_v, dtype, causal=False):
+def planned(batch_shape, n_q, n_k, d, d_v, dtype, causal=False, group=1):
     """The ``Problem`` of a call whose inputs are yet to be made, so that ``check_resources``
     can refuse it before they are (sizes already known to be >= 1; default scale)."""
-    return Problem(tuple(batch_shape), n_q, n_k, d, d_v, np.dtype(dtype), bool(causal), 1.0 / math.sqrt(d))
+    return Problem(tuple(batch_shape), n_q, n_k, d, d_v, np.dtype(dtype), bool(causal), 1.0 / math.sqrt(d), group)
 
 
 def validate(q, k, v, causal=False, scale=None):
     """Check shapes, dtypes and scale of one call; return its ``Problem``.
 
-    q (..., n_q, d), k (..., n_k, d), v (..., n_k, d_v), identical leading dims.
+    q (..., H, n_q, d), k (..., H_kv, n_k, d), v (..., H_kv, n_k, d_v): identical leading
+    dims, except that k and v may have fewer heads (axis -3) than q when H_kv divides H
+    (grouped-query attention: query head h reads K/V head h // (H / H_kv)).
     Raises ValueError (shapes, sizes, scale) or TypeError (dtypes).
     """
     arrays = {"q": q, "k": k, "v": v}
@@ -106,8 +117,9 @@ def validate(q, k, v, causal=False, scale=None):
     shapes = f"q {q.shape}, k {k.shape}, v {v.shape}"
     if not q.ndim == k.ndim == v.ndim:
         raise ValueError(f"q, k, v must have the same number of dimensions, got {shapes}")
-    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
-        raise ValueError(f"q, k, v must share their leading (batch, head) dimensions, got {shapes}")
+    if k.shape[:-2] != v.shape[:-2]:
+        raise ValueError(f"k and v must share their leading (batch, head) dimensions, got {shapes}")
+    group = _group(q.shape[:-2], k.shape[:-2], shapes)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share the head dimension d (last axis), got {shapes}")
     if k.shape[-2] != v.shape[-2]:
@@ -119,13 +131,34 @@ def validate(q, k, v, causal=False, scale=None):
             raise ValueError(f"{label} must be at least 1, got 0 ({shapes})")
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {causal!r}")
+    return Problem(q.shape[:-2], n_q, n_k, d, d_v, q.dtype, bool(causal), checked_scale(scale, d), group)
+
+
+def checked_scale(scale, d):
+    """The scale of a call with head dimension d: 1/sqrt(d) for None, else ``scale`` as a
+    float; TypeError unless it is a real number, ValueError unless finite."""
     if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    elif not isinstance(scale, numbers.Real) or isinstance(scale, (bool, np.bool_)):
+        return 1.0 / math.sqrt(d)
+    if not isinstance(scale, numbers.Real) or isinstance(scale, (bool, np.bool_)):
         raise TypeError(f"scale must be a real number or None, got {scale!r}")
-    elif not math.isfinite(scale):
+    if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale!r}")
-    return Problem(q.shape[:-2], n_q, n_k, d, d_v, q.dtype, bool(causal), float(scale))
+    return float(scale)
+
+
+def _group(q_lead, kv_lead, shapes):
+    """Query heads per K/V head: 1 when the leading dimensions match, H / H_kv when only
+    the head axes differ and H_kv divides H; ValueError otherwise."""
+    if q_lead == kv_lead:
+        return 1
+    if q_lead[:-1] != kv_lead[:-1] or not q_lead:
+        raise ValueError(f"q, k, v must share their leading (batch, head) dimensions, except that k and v "
+                         f"may have fewer heads (axis -3) than q, got {shapes}")
+    heads, kv_heads = q_lead[-1], kv_lead[-1]
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(f"grouped-query attention needs the K/V heads (axis -3 of k and v: {kv_heads}) to "
+                         f"divide the query heads ({heads}), got {shapes}")
+    return heads // kv_heads
 
 
 def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0):
@@ -187,27 +220,73 @@ def require_memory(needed, shortfall, *, headroom_bytes=0):
 def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
     """softmax(scale · q kᵀ) v over the last two axes, by the kernel named ``kernel``.
 
-    q (..., n_q, d), k (..., n_k, d), v (..., n_k, d_v) -> (..., n_q, d_v), same dtype:
+    q (..., H, n_q, d), k (..., H_kv, n_k, d), v (..., H_kv, n_k, d_v) -> (..., H, n_q, d_v),
+    same dtype; H_kv = H, or a divisor of it (grouped-query attention: each K/V head serves
+    H / H_kv query heads, read once for them, never copied per query head); dtype
     float32, float64, bfloat16 or float16.  The 16-bit types are computed in float32 (the
     scores, softmax and sums) and the result rounded once to the inputs' type.
     ``causal``: query i sees keys j <= i + (n_k - n_q); a query that sees none gives 0.
     ``scale`` defaults to 1/sqrt(d).  Inputs are never modified.
     """
+    out = attention_unrounded(q, k, v, kernel=kernel, causal=causal, scale=scale)
+    return out.astype(q.dtype, copy=False)
+
+
+def attention_unrounded(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
+    """``attention``, its result left in the type it was computed in: the inputs' own, or
+    float32 for 16-bit inputs (what a 16-bit KV cache's attention returns)."""
     record = get_kernel(kernel)
     problem = validate(q, k, v, causal, scale)
-    if problem.batch == 0:
-        return np.zeros(problem.out_shape, problem.dtype)
-    flat = [(a, (problem.batch,) + a.shape[-2:]) for a in (q, k, v)]
-    copies = sum(
-        a.nbytes for a, shape in flat if _needs_copy(a, shape, record.contiguous)
-    )
-    check_resources(record, problem, copies)
-    run = record.run  # imports the rung (ExtensionNotBuilt, say) before anything is allocated
-    q3, k3, v3 = (_as_batched(a, shape, record.contiguous) for a, shape in flat)
     compute = dtypes.float_type(problem.dtype).compute
+    if problem.batch == 0:
+        return np.zeros(problem.out_shape, compute)
+    flat = [(a, (heads,) + a.shape[-2:]) for a, heads in zip((q, k, v), (problem.batch,) + 2 * (problem.kv_batch,))]
+    copied = [_needs_copy(a, shape, record.contiguous) for a, shape in flat]
+    if record.strided_kv:  # k and v read in place with any (common) head stride
+        copied[1:] = 2 * [_kv_needs_copy(*flat[1:])]
+    check_resources(record, problem, sum(a.nbytes for (a, _), copy in zip(flat, copied) if copy))
+    run = record.run  # imports the rung (ExtensionNotBuilt, say) before anything is allocated
+    q3, k3, v3 = (np.ascontiguousarray(a.reshape(shape)) if copy else a.reshape(shape)
+                  for (a, shape), copy in zip(flat, copied))
     out = np.empty((problem.batch, problem.n_q, problem.d_v), compute)
     run(q3, k3, v3, out, problem.causal, problem.scale)
-    return out.astype(problem.dtype, copy=False).reshape(problem.out_shape)
+    return out.reshape(problem.out_shape)
+
+
+def kv_layout(k, v):
+    """(k, v, kv_rows) for a kernel that reads each K/V head's rows in place: k (B_kv, n_k, d)
+    and v (B_kv, n_k, d_v) with C-contiguous rows and heads kv_rows rows apart, the same
+    for both (a KV cache's buffers (B_kv, capacity, ·) viewed as [:, :n_k], say); either
+    copied to C order when they are not so.  O(1), or O(n_k · (d + d_v)) for the copies."""
+    rows = _head_rows(k), _head_rows(v)
+    if rows[0] is None or rows[0] != rows[1]:
+        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+        return k, v, k.shape[1]
+    return k, v, rows[0]
+
+
+def _head_rows(x):
+    """Rows from one head of x (B, n, w) to the next, when its rows are C-contiguous and
+    the heads a whole number (>= n) of rows apart; None otherwise."""
+    heads, n, width = x.shape
+    row = width * x.itemsize
+    if (width > 1 and x.strides[2] != x.itemsize) or (n > 1 and x.strides[1] != row):
+        return None
+    if heads == 1:
+        return n
+    step, rest = divmod(x.strides[0], row)
+    return step if rest == 0 and step >= n else None
+
+
+def _kv_needs_copy(k_flat, v_flat):
+    """Whether k and v, flattened to (B_kv, n_k, ·), must be copied for a kernel that reads
+    them with a head stride (``kv_layout``): unless both are views with C-contiguous rows
+    and one row count between heads."""
+    (k, k_shape), (v, v_shape) = k_flat, v_flat
+    if not (_reshapes_as_view(k, k_shape) and _reshapes_as_view(v, v_shape)):
+        return True
+    rows = _head_rows(k.reshape(k_shape))
+    return rows is None or rows != _head_rows(v.reshape(v_shape))
 
 
 def _needs_copy(array, shape, contiguous):
@@ -223,12 +302,6 @@ def _reshapes_as_view(array, shape):
     except AttributeError:
         return False
     return True
-
-
-def _as_batched(array, shape, contiguous):
-    """(..., n, d) -> (B, n, d); copies only if a view cannot do (or C order is needed)."""
-    batched = array.reshape(shape)
-    return np.ascontiguousarray(batched) if contiguous else batched
 
 
 def unable_calls(names, calls):

@@ -119,6 +119,25 @@ PEER_DTYPES = tuple(dtype for dtype in ALL_DTYPES if any(dtype in kept for kept 
 DECODE_PEER_SEQ_LEN = 65536  # the decode shape's cache
 
 
+# The cache in fewer bytes (§11.2): one new token's query (8 query heads, d = 64) against a
+# cache of 65,536 tokens in each format and with 8 or 2 K/V heads, all threads.
+# CacheFormats: each kernel in each (format, K/V heads) over itself on the float32 cache
+# of 8 K/V heads, side by side, and its read rate; CachePeers: each peer that takes the
+# format over our tiled rungs, side by side; CacheGenerate: the seconds to generate
+# CACHE_GENERATED tokens after a CACHE_PROMPT-token prompt (the cache growing in place);
+# CacheFidelity: each format's output error against float64 (kernels.decode.fidelity):
+# one step at CACHE_SEQ_LEN, and the largest over a CACHE_FIDELITY_STEPS-step decode.
+CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8")
+CACHE_KV_HEADS = (8, 2)
+CACHE_SEQ_LEN = 65536
+CACHE_KERNELS = ("numpy", *TILED)
+CACHE_ROUNDS = 5 if QUICK else 11
+CACHE_PROMPT, CACHE_GENERATED = (4096, 100) if QUICK else (32768, 1000)
+CACHE_FIDELITY_STEPS = 100 if QUICK else 1000
+CACHE_FIDELITY_KERNEL = "c_tiled"
+CACHE_ERRORS = ("step", "decode")
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One asv benchmark, named as asv names it ("module.Class.method"), and the names
@@ -166,6 +185,14 @@ CONTEXT_OVER_ONE_THREAD = Benchmark("bench_context.InContext.track_over_one_thre
 MODEL_OVER_NUMPY = Benchmark("bench_model.ModelForwardOverNumpy.track_time_over_numpy", ("kernel", "seq_len"))
 HALF_SPEEDUP = Benchmark("bench_half.HalfSpeedup.track_speedup", ("kernel", "shape", "threads", "dtype"))
 HALF_FIDELITY = Benchmark("bench_half.HalfFidelity.track_min_cosine", ("kernel", "dtype"))
+_CACHE = ("kernel", "cache_dtype", "kv_heads")
+CACHE_SPEEDUP = Benchmark("bench_cache.CacheFormats.track_speedup", _CACHE)
+CACHE_READ_RATE = Benchmark("bench_cache.CacheFormats.track_read_gbytes_per_second", _CACHE)
+CACHE_TOKEN_TIME = Benchmark("bench_cache.CacheFormats.time_token", _CACHE)
+CACHE_PEER_SPEEDUP = Benchmark("bench_cache.CachePeers.track_speedup", ("peer",) + _CACHE)
+CACHE_GENERATE = Benchmark("bench_cache.CacheGenerate.track_seconds", _CACHE)
+CACHE_ERROR = Benchmark("bench_cache.CacheFidelity.track_error", ("cache_dtype", "error"))
+KEY_GRANULARITY = Benchmark("bench_cache.KeyGranularity.track_error", ("keys", "granularity"))
 
 # Every benchmark the report reads, in the order its sections use them.
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP,
@@ -173,6 +200,7 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
-              BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY)
+              BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP, CACHE_READ_RATE,
+              CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR, KEY_GRANULARITY)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {name: (FLOATS[name].gemm, benchmark) for name, benchmark in (("float32", SGEMM), ("float64", DGEMM))}

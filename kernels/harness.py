@@ -45,7 +45,7 @@ import numpy as np
 
 from .api import attention
 from .dtypes import FLOATS, float_type
-from .reference import reference_attention
+from .reference import expand_kv, reference_attention
 from .registry import KERNELS
 
 DTYPES = tuple(row.dtype.type for row in FLOATS.values())
@@ -61,6 +61,8 @@ class Case:
     layout: "C" contiguous, "F" Fortran-ordered arrays, "strided" every-other-row views.
     logit_scale multiplies q and k (large logits overflow a softmax without max subtraction).
     poison puts NaN or Inf into one row of an input: "nan_q", "nan_k", "nan_v", "inf_q".
+    kv_heads: k and v have this many heads (the last axis of batch_shape is q's): grouped-
+    query attention.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Case:
     layout: str = "C"
     logit_scale: float = 1.0
     poison: Optional[str] = None
+    kv_heads: Optional[int] = None
 
     @property
     def label(self):
@@ -85,8 +88,9 @@ class Case:
     def inputs(self, dtype):
         """Seeded (q, k, v) of this case in ``dtype`` and in the case's layout."""
         rng = np.random.default_rng(zlib.crc32(self.name.encode()))
-        shapes = [(self.n_q, self.d), (self.n_k, self.d), (self.n_k, self.d_v)]
-        q, k, v = (rng.standard_normal(self.batch_shape + s).astype(dtype) for s in shapes)
+        kv_batch = self.batch_shape if self.kv_heads is None else self.batch_shape[:-1] + (self.kv_heads,)
+        shapes = [self.batch_shape + (self.n_q, self.d), kv_batch + (self.n_k, self.d), kv_batch + (self.n_k, self.d_v)]
+        q, k, v = (rng.standard_normal(s).astype(dtype) for s in shapes)
         q *= dtype(self.logit_scale)
         k *= dtype(self.logit_scale)
         if self.poison:
@@ -128,6 +132,11 @@ def _cases():
         Case("heads (2,4) n=517", (2, 4), 517, 517, 64, 48),
         Case("n_q=300 n_k=1100 d=127", (3,), 300, 1100, 127, 64),
         Case("large logits x30 n=700", (2,), 700, 700, 64, 64, logit_scale=30.0),
+        # grouped-query attention: K/V heads each serving a group of query heads
+        Case("grouped 8 on 2 heads", (2, 8), 33, 33, 16, 16, kv_heads=2),
+        Case("grouped decode 8 on 2 n_k=300", (8,), 1, 300, 64, 64, kv_heads=2),
+        Case("grouped 4 on 1 n_q=3 d_v=48", (4,), 3, 517, 64, 48, kv_heads=1),
+        Case("grouped 6 on 3 n=600", (6,), 600, 600, 64, 64, kv_heads=3),
     ]
     return [replace(case, causal=causal) for case in shapes for causal in (False, True)]
 
@@ -191,7 +200,7 @@ def error_budget(case, dtype, inputs, ref):
     # times the default scale 1/√d that check() runs every case with
     q_abs, k_abs = (np.abs(np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0))
                     for a in (q, k))
-    magnitude = (q_abs @ np.swapaxes(k_abs, -1, -2)).max(initial=0.0) / np.sqrt(q.shape[-1])
+    magnitude = (q_abs @ np.swapaxes(expand_kv(q_abs, k_abs), -1, -2)).max(initial=0.0) / np.sqrt(q.shape[-1])
     return half_roundings(dtype) + max(2 * plain_error, FLOOR_ROUNDINGS * computed.unit_roundoff,
                                        2 * computed.unit_roundoff * magnitude)
 

@@ -21,13 +21,25 @@ def causal_mask(n_q, n_k):
     return np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
 
 
+def expand_kv(q, kv):
+    """k or v (..., H_kv, n_k, ·) with each head repeated for the H / H_kv query heads of
+    its group, as q (..., H, n_q, d) has them: grouped-query attention by its definition
+    (a copy; the kernels read each K/V head in place).  kv itself when H_kv = H."""
+    if q.ndim < 3 or kv.shape[-3] == q.shape[-3]:
+        return kv
+    return np.repeat(kv, q.shape[-3] // kv.shape[-3], axis=-3)
+
+
 def reference_attention(q, k, v, causal=False, scale=None, compute_dtype=np.float64):
     """softmax(scale · q kᵀ) v, max-subtracted, in ``compute_dtype``.
 
-    q (..., n_q, d), k (..., n_k, d), v (..., n_k, d_v) -> (..., n_q, d_v).
+    q (..., H, n_q, d), k (..., H_kv, n_k, d), v (..., H_kv, n_k, d_v) -> (..., H, n_q, d_v);
+    H_kv divides H (grouped-query attention: by definition, each K/V head repeated for the
+    H / H_kv query heads of its group, head h reading K/V head h // (H / H_kv)).
     Time O(n_q·n_k·(d + d_v)) per head; memory O(n_q·n_k) per head (the scores).
     """
     q, k, v = (np.asarray(a, dtype=compute_dtype) for a in (q, k, v))
+    k, v = (expand_kv(q, x) for x in (k, v))
     n_q, d = q.shape[-2:]
     n_k = k.shape[-2]
     scale = compute_dtype(1.0 / np.sqrt(d) if scale is None else scale)

@@ -3,10 +3,16 @@
 Every rung lives in its own module exposing
 
     run(q, k, v, out, causal, scale)
-        q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) of one dtype of ``kernels.dtypes``,
-        already validated by ``kernels.api``; out (B, n_q, d_v) of the type that dtype is
-        computed in (its row's ``compute``: the dtype itself, float32 for the 16-bit
-        types, whose result the API then rounds to the inputs' dtype).  Writes all of out.
+        q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) of one dtype of
+        ``kernels.dtypes``, already validated by ``kernels.api``; B_kv divides B: query
+        head b reads K/V head b // (B / B_kv) (grouped-query attention; B_kv = B is plain
+        multi-head); out (B, n_q, d_v) of the type that dtype is computed in (its row's
+        ``compute``: the dtype itself, float32 for the 16-bit types, whose result the API
+        then rounds to the inputs' dtype).  Writes all of out.
+
+and, if it reads an int8 KV cache in place (``kernels.decode``), ``run_int8(q, k,
+k_scales, v, v_scales, out, causal, scale)``: q float32, k and v int8 with one float32
+scale per cached row, k_scales (B_kv, n_k).
 
 and, if it materialises n×n buffers, ``workspace_bytes(batch, n_q, n_k, d, d_v,
 itemsize, causal)`` (itemsize: of the compute type), which the validation path checks
@@ -37,6 +43,8 @@ class Kernel:
     materialises: bool = False        # holds n_q x n_k buffers: checked against RAM
     max_scores: Optional[int] = None  # cap on batch * n_q * n_k (the naive loops)
     contiguous: bool = True           # needs C-contiguous inputs (copies otherwise)
+    strided_kv: bool = False          # but reads k and v with any head stride (kv_layout)
+    int8_cache: bool = False          # reads an int8 KV cache in place (run_int8)
     external: bool = False            # a peer baseline, not one of our rungs
     dtypes: tuple = float_types.NAMES  # computed at their own precision
     widens_inputs: bool = False        # takes 16-bit inputs as whole float32 copies (counted)
@@ -69,6 +77,16 @@ class Kernel:
             return None
         return f"{self.name} takes {', '.join(self.dtypes)} only: {self.dtype_note}"
 
+    def cache_refusal(self, cache_format):
+        """Why this kernel does not attend a KV cache stored as ``cache_format`` (a name of
+        ``kernels.cache_formats``), or None when it does: a 16-bit cache through its 16-bit
+        path, an int8 one read in place (``int8_cache``), or widened first by a rung of ours."""
+        if cache_format != "int8":
+            return self.refusal(cache_format)
+        if self.int8_cache or not self.external:
+            return None
+        return f"{self.name} takes no int8 KV cache (its library has no attention over int8 keys and values)"
+
     @property
     def cap(self):
         return "-" if self.max_scores is None else f"B·n_q·n_k ≤ {self.max_scores:,}"
@@ -98,12 +116,16 @@ def _build():
             "Numba JIT: query × key tiles, online softmax, heads × tiles on our thread pool",
             "O(n·d)",
             "kernels.rungs.rung3_numba_tiled",
+            strided_kv=True,
+            int8_cache=True,
         ),
         Kernel(
             "c_tiled",
             "C via cffi: SIMD micro-kernels, online softmax, our thread pool, GIL released",
             "O(n·d)",
             "kernels.rungs.rung4_c_tiled",
+            strided_kv=True,
+            int8_cache=True,
         ),
     ]
     # The peers are optional: each registered only when its packages are installed

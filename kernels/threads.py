@@ -125,9 +125,9 @@ def threads_for(flops):
 
 
 def address(array):
-    """Where ``array``'s data starts, as an int (for a record a compiled task reads)."""
-    ffi = _pool().ffi
-    return int(ffi.cast("intptr_t", ffi.from_buffer(array)))
+    """Where ``array``'s data starts, as an int (for a record a compiled task reads); any
+    layout (a strided view's first element)."""
+    return array.__array_interface__["data"][0]
 
 
 def parallel_for(n_tasks, threads, task, call):

@@ -63,11 +63,11 @@ def test_views_are_read_only():
 
 
 @pytest.mark.parametrize("k_shape, v_shape, k_dtype, error, match", [
-    ((2, 1, 8), (2, 1, 8), np.float32, ValueError, r"k must have shape \(heads, t, head_dim\) = \(3, t, 8\)"),
+    ((2, 1, 8), (2, 1, 8), np.float32, ValueError, r"k must have shape \(kv_heads, t, head_dim\) = \(3, t, 8\)"),
     ((3, 1, 7), (3, 1, 8), np.float32, ValueError, r"got \(3, 1, 7\)"),
-    ((3, 1, 8), (3, 1, 6), np.float32, ValueError, r"v must have shape \(heads, t, head_dim_v\) = \(3, t, 8\)"),
+    ((3, 1, 8), (3, 1, 6), np.float32, ValueError, r"v must have shape \(kv_heads, t, head_dim_v\) = \(3, t, 8\)"),
     ((3, 2, 8), (3, 1, 8), np.float32, ValueError, "same number of new tokens"),
-    ((3, 1, 8), (3, 1, 8), np.float64, TypeError, "k has dtype float64; this cache holds float32"),
+    ((3, 1, 8), (3, 1, 8), np.float64, TypeError, "k has dtype float64; this cache takes float32"),
 ])
 def test_a_failed_append_is_a_clear_error_and_changes_nothing(k_shape, v_shape, k_dtype, error, match):
     cache = kernels.KVCache(HEADS, HEAD_DIM, capacity=2)
@@ -88,9 +88,9 @@ def test_attend_has_the_api_errors():
                                          r"\(cache.append\(k, v\)\) before attend"):
         cache.attend(q)
     cache.append(np.zeros((HEADS, 2, HEAD_DIM), np.float32), np.zeros((HEADS, 2, HEAD_DIM), np.float32))
-    with pytest.raises(ValueError, match="leading"):
+    with pytest.raises(ValueError, match=r"q must have shape \(heads, t, head_dim\) = \(3, t, 8\), got \(2, 1, 8\)"):
         cache.attend(np.zeros((2, 1, HEAD_DIM), np.float32))
-    with pytest.raises(TypeError, match="one dtype"):
+    with pytest.raises(TypeError, match="q has dtype float64; this cache takes float32"):
         cache.attend(q.astype(np.float64))
     with pytest.raises(ValueError, match="unknown kernel"):
         cache.attend(q, kernel="flash")

@@ -352,3 +352,33 @@ def test_attention_dtype_rounds_q_k_v_and_widens_the_output(half):
     with pytest.raises(TypeError, match="attention_dtype has dtype float32; half-precision attention takes "
                                         "bfloat16 or float16"):
         kernels.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=3, attention_dtype=np.float32)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_grouped_heads_equal_full_heads_with_each_kv_projection_repeated(own_kernel_name, kv_heads):
+    """kv_heads K/V projections serving 4 query heads = 4 full heads whose K/V weights are
+    each group's one repeated (grouped-query attention by its definition)."""
+    rng = np.random.default_rng(kv_heads)
+    heads, d_head, d_model = 4, 3, 12
+    x = rng.standard_normal((2, 7, d_model))
+    w_q, w_o = (rng.standard_normal((d_model, d_model)) / 4 for _ in range(2))
+    w_k, w_v = (rng.standard_normal((d_model, kv_heads * d_head)) / 4 for _ in range(2))
+    b_k = rng.standard_normal(kv_heads * d_head)
+    grouped = kernels.multi_head_attention(x, w_q, w_k, w_v, w_o, heads=heads, kv_heads=kv_heads, causal=True,
+                                           kernel=own_kernel_name, biases=[None, b_k, None, None])
+    repeat = lambda a: np.repeat(a.reshape(*a.shape[:-1], kv_heads, d_head), heads // kv_heads,  # noqa: E731
+                                 axis=-2).reshape(*a.shape[:-1], d_model)
+    full = kernels.multi_head_attention(x, w_q, repeat(w_k), repeat(w_v), w_o, heads=heads, causal=True,
+                                        kernel=own_kernel_name, biases=[None, repeat(b_k), None, None])
+    np.testing.assert_allclose(grouped, full, atol=1e-12)
+
+
+@pytest.mark.parametrize("kv_heads, w_k_shape, match", [
+    (3, (12, 9), "kv_heads must be a positive integer dividing heads = 4, got 3"),
+    (2, (12, 12), r"w_k must have shape \(12, 6\) for x \(7, 12\), got \(12, 12\)"),
+])
+def test_bad_grouping_is_a_clear_error(kv_heads, w_k_shape, match):
+    x = np.zeros((7, 12))
+    w = np.zeros((12, 12))
+    with pytest.raises(ValueError, match=match):
+        kernels.multi_head_attention(x, w, np.zeros(w_k_shape), np.zeros((12, 6)), w, heads=4, kv_heads=kv_heads)

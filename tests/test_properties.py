@@ -2,7 +2,8 @@
 ``kernels.multi_head_attention`` and ``kernels.KVCache``, held to the float64 reference.
 
 An example draws shapes (a few queries for the split-KV decoding paths, causal with
-n_q > n_k, tile remainders, batch and head axes), a dtype the kernel takes, a scale
+n_q > n_k, tile remainders, batch and head axes, k and v with a half or a third of q's
+heads: grouped-query attention), a dtype the kernel takes, a scale
 (default, 0, negative, 1e-3 to 10 in size), a magnitude per input from 1e-30 to 1e4, a
 layout per input (``LAYOUTS``) and NaN or ±inf at random places (our rungs only: a peer's
 NaN/Inf semantics are its own, as in the harness).  Every output must keep the contract
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 import kernels
 from kernels import harness
 from kernels.dtypes import FLOATS, WIDE, float_type
-from kernels.reference import first_seeing_row, reference_attention
+from kernels.reference import expand_kv, first_seeing_row, reference_attention
 from test_layers import mha_reference
 
 UNIT_ROUNDOFF = {row.dtype: row.unit_roundoff for row in FLOATS.values()}
@@ -132,7 +133,7 @@ def logit_bound(q, k, scale):
     q_abs, k_abs = (np.abs(np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0))
                     for a in (q, k))
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else abs(scale)
-    return scale * float((q_abs @ np.swapaxes(k_abs, -1, -2)).max(initial=0.0))
+    return scale * float((q_abs @ np.swapaxes(expand_kv(q_abs, k_abs), -1, -2)).max(initial=0.0))
 
 
 def cap_logits_under_infinite_values(q, k, v, scale):
@@ -171,6 +172,9 @@ def attention_calls(draw, record):
     sizes = SIZES.fit(record)
     dtype = draw(dtypes(record))
     batch_shape = tuple(draw(st.lists(st.integers(1, sizes.batch), min_size=1, max_size=2)))
+    # grouped-query attention: k and v with the last batch axis's heads, q with group times as many
+    group = draw(st.sampled_from((1, 1, 2, 3)))
+    q_batch = batch_shape[:-1] + (batch_shape[-1] * group,)
     n_q = draw(st.integers(1, 4) | st.integers(1, sizes.n_q))  # a few queries: split-KV paths
     n_k = draw(st.integers(1, n_q) | st.integers(1, sizes.n_k))  # n_k <= n_q: causal rows that see no key
     d, d_v = draw(st.integers(1, sizes.d)), draw(st.integers(1, sizes.d))
@@ -181,12 +185,13 @@ def attention_calls(draw, record):
     seed = draw(st.integers(0, 2**32 - 1))
 
     rng = np.random.default_rng(seed)
-    shapes = {"q": (n_q, d), "k": (n_k, d), "v": (n_k, d_v)}
-    arrays = {name: random_array(rng, batch_shape + shape, dtype, magnitude[name]) for name, shape in shapes.items()}
+    shapes = {"q": q_batch + (n_q, d), "k": batch_shape + (n_k, d), "v": batch_shape + (n_k, d_v)}
+    arrays = {name: random_array(rng, shape, dtype, magnitude[name]) for name, shape in shapes.items()}
     poison(arrays, placed)
     arrays["q"] = cap_logits_under_infinite_values(arrays["q"], arrays["k"], arrays["v"], scale)
     inputs = tuple(LAYOUTS[layout[name]](arrays[name]) for name in "qkv")
-    return AttentionCall(dict(batch=batch_shape, n_q=n_q, n_k=n_k, d=d, d_v=d_v), np.dtype(dtype).name, causal,
+    return AttentionCall(dict(batch=q_batch, kv_batch=batch_shape, n_q=n_q, n_k=n_k, d=d, d_v=d_v),
+                         np.dtype(dtype).name, causal,
                          scale, magnitude, layout, placed, seed, inputs)
 
 
@@ -226,7 +231,7 @@ def assert_convex_rows(out, ref, v, causal):
     n_q, n_k = out.shape[-2], v.shape[-2]
     last = np.arange(n_q) + (n_k - n_q) if causal else np.full(n_q, n_k - 1)  # last key each query sees
     rows = last >= 0
-    values = v.astype(np.float64)
+    values = expand_kv(out, v).astype(np.float64)   # each query head's own K/V head
     low = np.minimum.accumulate(values, axis=-2)[..., last[rows], :]
     high = np.maximum.accumulate(values, axis=-2)[..., last[rows], :]
     seen = out[..., rows, :].astype(np.float64)

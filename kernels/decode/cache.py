@@ -3,123 +3,216 @@
 Generating a sequence one token at a time, the new token's query must attend to every
 earlier token.  Recomputing the whole prefix's attention for each new token costs
 O(n²·d) per token (O(n³·d) for n tokens); keeping the keys and values costs O(n·d) per
-token (O(n²·d) in all) and 2·n·d·heads·itemsize bytes of memory, which the new query
-reads once: decoding is bound by memory bandwidth, not by arithmetic.
+token (O(n²·d) in all) and n · kv_heads · (d + d_v) · bytes-per-element of memory, which
+the new query reads once: decoding is bound by memory bandwidth, not by arithmetic, and
+the ways down are fewer bytes per cached token (§11.2):
 
-    cache = KVCache(heads=8, head_dim=64)
-    cache.append(k, v)                  # (heads, t, head_dim) each, t new tokens
-    out = cache.attend(q, kernel="c_tiled")   # (heads, t_q, head_dim_v), causal
+- fewer K/V heads than query heads (grouped-query attention, ``kv_heads``): each K/V head
+  serves heads / kv_heads query heads and is read once for all of them;
+- a narrower format (``cache_dtype``, ``kernels.cache_formats``): float16 or bfloat16
+  (2 bytes per element), or int8 codes with one float32 scale per token and head (1 byte,
+  plus 4 per row).
+
+    cache = KVCache(heads=8, head_dim=64, kv_heads=2, cache_dtype="int8")
+    cache.append(k, v)                  # (kv_heads, t, head_dim) each, t new tokens
+    out = cache.attend(q, kernel="c_tiled")   # q (heads, t_q, head_dim) -> (heads, t_q, head_dim_v)
+
+What each format costs in accuracy (``kernels.decode.fidelity``; the report's fidelity
+table has the figures of a 65,536-token cache and of a 1,000-step decode): the error of
+the output against float64 on the float32 values is that of the stored values, so a step
+reads errors of the order of float16's 2**-11, bfloat16's 2**-8 and int8's
+max|x| / 254 per element, averaged by the softmax; the entries, once stored, never change,
+so the error does not grow with the steps (it tracks the cache's contents, not their number).
+
+How the kernels read it: ``numba_tiled`` and ``c_tiled`` read every format in place,
+widening (or dequantising) a block of rows at a time inside their inner loops, never a
+widened copy of the cache; a 16-bit cache is attended by the kernels' 16-bit path, its
+new queries rounded to the cache's type too (as engines with such caches do: one type
+in, float32 accumulation inside), the result left in float32.  ``numpy`` and ``naive``
+widen the whole cache first (O(n·d) more bytes, which their times show).
 
 The buffers are preallocated and doubled when full, so appending costs amortised O(d)
-per token and a head's cached keys stay one strided view.  The views are not contiguous
-while the buffers have room to spare (a head's rows are ``capacity`` rows apart): the
-kernels that need contiguous input copy them, O(n·d) per call, until they read a head
-stride themselves.
+per token and a head's cached rows stay one strided view, which ``numba_tiled`` and
+``c_tiled`` read in place (``api.kv_layout``); the other kernels copy it.
 """
 import numbers
 
 import numpy as np
 
 from .. import dtypes
-from ..api import attention, require_memory
+from ..api import attention, attention_unrounded, checked_scale, require_memory
+from ..registry import get_kernel
+from ..cache_formats import NARROW, cache_format
 from ..memory import format_bytes
 
 INITIAL_CAPACITY = 256  # tokens, when no capacity is given
 
 
 class KVCache:
-    """Keys (heads, n, head_dim) and values (heads, n, head_dim_v) of the n tokens so far.
+    """Keys (kv_heads, n, head_dim) and values (kv_heads, n, head_dim_v) of the n tokens so far.
 
-    ``capacity``: tokens to preallocate (default 256); the buffers double when full.
-    ``len(cache)`` is n; ``keys`` and ``values`` are read-only views of the cached part.
+    ``heads``: query heads; ``kv_heads`` (default ``heads``) must divide it.  ``dtype``
+    (float32 or float64): what append takes and attend returns.  ``cache_dtype`` (default
+    ``dtype``): the stored format, ``dtype`` itself or, for float32, "float16", "bfloat16"
+    or "int8".  ``capacity``: tokens to preallocate (default 256); the buffers double when
+    full.  ``len(cache)`` is n; ``keys`` and ``values`` are read-only views of the stored
+    part (int8 codes for an int8 cache, whose ``key_scales`` and ``value_scales``
+    (kv_heads, n) hold the scales); ``dequantised()`` gives them back in ``dtype``.
     """
 
-    def __init__(self, heads, head_dim, *, dtype=np.float32, capacity=None, head_dim_v=None):
+    def __init__(self, heads, head_dim, *, dtype=np.float32, capacity=None, head_dim_v=None,
+                 kv_heads=None, cache_dtype=None):
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
         capacity = INITIAL_CAPACITY if capacity is None else capacity
+        kv_heads = heads if kv_heads is None else kv_heads
         for name, value in (("heads", heads), ("head_dim", head_dim), ("head_dim_v", head_dim_v),
-                            ("capacity", capacity)):
+                            ("capacity", capacity), ("kv_heads", kv_heads)):
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if heads % kv_heads:
+            raise ValueError(f"kv_heads = {kv_heads} must divide heads = {heads} "
+                             f"(each K/V head serves heads / kv_heads query heads)")
         self.dtype = dtypes.float_type(dtype, dtypes.WIDE).dtype
-        self.heads, self.head_dim, self.head_dim_v = int(heads), int(head_dim), int(head_dim_v)
+        self.format = cache_format(self.dtype.name if cache_dtype is None else cache_dtype)
+        if self.format.name != self.dtype.name and (self.dtype != np.float32 or self.format.name not in NARROW):
+            raise ValueError(f"a {self.dtype} cache is stored as {self.dtype} only; cache_dtype "
+                             f"{', '.join(NARROW)} are for float32 caches, got {self.format.name!r}")
+        self.heads, self.kv_heads = int(heads), int(kv_heads)
+        self.head_dim, self.head_dim_v = int(head_dim), int(head_dim_v)
         self._length = 0
-        self._keys, self._values = self._allocate(int(capacity))
+        self._buffers = self._allocate(int(capacity))
 
     def __len__(self):
         return self._length
 
     def __repr__(self):
         values = "" if self.head_dim_v == self.head_dim else f", head_dim_v={self.head_dim_v}"
-        return (f"KVCache(heads={self.heads}, head_dim={self.head_dim}{values}, dtype={self.dtype}, "
-                f"tokens={self._length}, capacity={self.capacity})")
+        kv_heads = "" if self.kv_heads == self.heads else f", kv_heads={self.kv_heads}"
+        stored = "" if self.format.name == self.dtype.name else f", cache_dtype={self.format.name}"
+        return (f"KVCache(heads={self.heads}{kv_heads}, head_dim={self.head_dim}{values}, dtype={self.dtype}"
+                f"{stored}, tokens={self._length}, capacity={self.capacity})")
 
     @property
     def capacity(self):
-        return self._keys.shape[1]
+        return self._buffers[0].shape[1]
+
+    @property
+    def cache_dtype(self):
+        """The stored element type: float32, float64, float16, bfloat16 or int8."""
+        return self.format.dtype
 
     @property
     def keys(self):
-        """The cached keys, (heads, n, head_dim): a read-only view."""
-        return self._view(self._keys)
+        """The cached keys as stored, (kv_heads, n, head_dim): a read-only view."""
+        return self._view(self._buffers[0])
 
     @property
     def values(self):
-        """The cached values, (heads, n, head_dim_v): a read-only view."""
-        return self._view(self._values)
+        """The cached values as stored, (kv_heads, n, head_dim_v): a read-only view."""
+        return self._view(self._buffers[1])
+
+    @property
+    def key_scales(self):
+        """An int8 cache's key scales (kv_heads, n), float32, a read-only view; else None."""
+        return self._view(self._buffers[2]) if self.format.scaled else None
+
+    @property
+    def value_scales(self):
+        """An int8 cache's value scales (kv_heads, n), float32, a read-only view; else None."""
+        return self._view(self._buffers[3]) if self.format.scaled else None
 
     @property
     def nbytes(self):
-        """Bytes the cached keys and values hold: n · heads · (head_dim + head_dim_v) · itemsize."""
-        return self._length * self.heads * (self.head_dim + self.head_dim_v) * self.dtype.itemsize
+        """Bytes the cached keys and values hold, scales included: what one new token's
+        attention reads, n · kv_heads · (row_bytes(head_dim) + row_bytes(head_dim_v))."""
+        return self._length * self.kv_heads * self._token_bytes()
+
+    def dequantised(self):
+        """(keys, values) as a kernel reads them, in ``dtype``: new arrays, O(n · d)."""
+        return (self.format.decode(self.keys, self.key_scales, self.dtype),
+                self.format.decode(self.values, self.value_scales, self.dtype))
 
     def append(self, k, v):
-        """Add t new tokens: k (heads, t, head_dim), v (heads, t, head_dim_v), the cache's dtype.
+        """Add t new tokens: k (kv_heads, t, head_dim), v (kv_heads, t, head_dim_v), of
+        ``dtype``; stored in the cache's format (rounded, or quantised per token).
 
-        Everything is checked, and any larger buffer allocated, before the cache changes:
-        a failed append leaves it as it was.  Amortised O(t · heads · d).
+        Everything is checked, encoded and any larger buffer allocated before the cache
+        changes: a failed append leaves it as it was.  Amortised O(t · kv_heads · d).
         """
-        self._check("k", k, self.head_dim)
-        self._check("v", v, self.head_dim_v)
+        self._check("k", k, self.kv_heads, self.head_dim)
+        self._check("v", v, self.kv_heads, self.head_dim_v)
         if k.shape[1] != v.shape[1]:
             raise ValueError(f"k and v must hold the same number of new tokens, got k {k.shape}, v {v.shape}")
+        (k_codes, k_scales), (v_codes, v_scales) = self.format.encode(k), self.format.encode(v)
         start, stop = self._length, self._length + k.shape[1]
         if stop > self.capacity:
-            keys, values = self._allocate(max(stop, 2 * self.capacity))
-            keys[:, :start], values[:, :start] = self._keys[:, :start], self._values[:, :start]
-            self._keys, self._values = keys, values
-        self._keys[:, start:stop] = k
-        self._values[:, start:stop] = v
+            buffers = self._allocate(max(stop, 2 * self.capacity))
+            for new, old in zip(buffers, self._buffers):
+                new[:, :start] = old[:, :start]
+            self._buffers = buffers
+        for buffer, rows in zip(self._buffers, (k_codes, v_codes, k_scales, v_scales)):
+            buffer[:, start:stop] = rows
         self._length = stop
 
     def attend(self, q, *, kernel="c_tiled", scale=None):
-        """The new queries' attention over every cached token: q (heads, t_q, head_dim) ->
-        (heads, t_q, head_dim_v), causal and aligned bottom-right, so that the last query
-        is the newest token and sees them all (query i sees keys j <= i + n - t_q).
-        ValueError on an empty cache; the other checks and errors are ``kernels.attention``'s."""
+        """The new queries' attention over every cached token: q (heads, t_q, head_dim) of
+        ``dtype`` -> (heads, t_q, head_dim_v) of ``dtype``, causal and aligned bottom-right,
+        so that the last query is the newest token and sees them all (query i sees keys
+        j <= i + n - t_q).  ValueError on an empty cache, or for a kernel that does not take
+        the cache's format (a peer, which says why), TypeError or ValueError for a q of
+        another dtype or shape; the other checks and errors are ``kernels.attention``'s."""
         if self._length == 0:
             raise ValueError("the cache is empty: append at least one token's key and value "
                              "(cache.append(k, v)) before attend")
-        return attention(q, self.keys, self.values, kernel=kernel, causal=True, scale=scale)
+        record = get_kernel(kernel)
+        self._check("q", q, self.heads, self.head_dim)
+        if self.format.name == self.dtype.name:
+            return attention(q, self.keys, self.values, kernel=kernel, causal=True, scale=scale)
+        if not self.format.scaled:  # 16-bit: the kernels' 16-bit path, float32 out
+            stored = self.format.dtype
+            return attention_unrounded(q.astype(stored), self.keys, self.values, kernel=kernel, causal=True,
+                                       scale=scale)
+        refusal = record.cache_refusal(self.format.name)
+        if refusal:
+            raise ValueError(f"kernel {kernel!r} does not take this cache: {refusal}")
+        if not record.int8_cache:  # ours without an int8 path: widened first, whole
+            keys, values = self.dequantised()
+            return attention(q, keys, values, kernel=kernel, causal=True, scale=scale)
+        scale = checked_scale(scale, self.head_dim)
+        if q.shape[1] == 0:
+            raise ValueError(f"q must hold at least one query, got shape {q.shape}")
+        out = np.empty((self.heads, q.shape[1], self.head_dim_v), np.float32)
+        record.implementation.run_int8(np.ascontiguousarray(q), self.keys, self.key_scales, self.values,
+                                       self.value_scales, out, True, scale)
+        return out
 
-    def _check(self, name, array, width):
+    def _token_bytes(self):
+        return self.format.row_bytes(self.head_dim) + self.format.row_bytes(self.head_dim_v)
+
+    def _check(self, name, array, heads, width):
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name} must be a NumPy array, got {type(array).__name__}")
         if array.dtype != self.dtype:
-            raise TypeError(f"{name} has dtype {array.dtype}; this cache holds {self.dtype}")
-        if array.ndim != 3 or array.shape[0] != self.heads or array.shape[2] != width:
-            raise ValueError(f"{name} must have shape (heads, t, {'head_dim' if name == 'k' else 'head_dim_v'}) "
-                             f"= ({self.heads}, t, {width}), got {array.shape}")
+            raise TypeError(f"{name} has dtype {array.dtype}; this cache takes {self.dtype}")
+        heads_name = "heads" if name == "q" else "kv_heads"
+        width_name = "head_dim_v" if name == "v" else "head_dim"
+        if array.ndim != 3 or array.shape[0] != heads or array.shape[2] != width:
+            raise ValueError(f"{name} must have shape ({heads_name}, t, {width_name}) "
+                             f"= ({heads}, t, {width}), got {array.shape}")
 
     def _allocate(self, capacity):
-        """Empty key and value buffers for ``capacity`` tokens; MemoryError before allocating
-        when they would not fit."""
-        needed = capacity * self.heads * (self.head_dim + self.head_dim_v) * self.dtype.itemsize
+        """Empty key and value buffers (and int8 scales) for ``capacity`` tokens; MemoryError
+        before allocating when they would not fit."""
+        needed = capacity * self.kv_heads * self._token_bytes()
         require_memory(needed, lambda needed, available: (
-            f"a KV cache of {capacity:,} tokens × {self.heads} heads needs {format_bytes(needed)}, "
-            f"but only {format_bytes(available)} is available"))
-        return (np.empty((self.heads, capacity, self.head_dim), self.dtype),
-                np.empty((self.heads, capacity, self.head_dim_v), self.dtype))
+            f"a KV cache of {capacity:,} tokens × {self.kv_heads} K/V heads ({self.format.name}) needs "
+            f"{format_bytes(needed)}, but only {format_bytes(available)} is available"))
+        stored = self.format.dtype
+        buffers = [np.empty((self.kv_heads, capacity, self.head_dim), stored),
+                   np.empty((self.kv_heads, capacity, self.head_dim_v), stored)]
+        if self.format.scaled:
+            buffers += [np.empty((self.kv_heads, capacity), np.float32) for _ in range(2)]
+        return buffers
 
     def _view(self, buffer):
         view = buffer[:, :self._length]

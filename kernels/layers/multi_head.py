@@ -30,11 +30,15 @@ _PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 
 
 def multi_head_attention(x, w_q, w_k, w_v, w_o, *, heads, kernel="c_tiled", causal=False,
-                         biases=None, head_mask=None, attention_dtype=None):
+                         biases=None, head_mask=None, attention_dtype=None, kv_heads=None):
     """Multi-head self-attention of x (..., n, d_model) -> (..., n, d_model).
 
     w_q, w_k, w_v, w_o (d_model, d_model), applied as ``x @ w``; ``biases`` None or four
     (d_model,) arrays (b_q, b_k, b_v, b_o), any of them None; ``heads`` divides d_model;
+    ``kv_heads`` (default ``heads``) divides ``heads``: grouped-query attention, w_k and w_v
+    (d_model, kv_heads · d_head) and b_k, b_v (kv_heads · d_head,), each K/V head serving
+    heads / kv_heads query heads (its projections a fraction of the size, and the kernel
+    reads it once for its group);
     ``kernel`` any registered kernel; ``causal`` as in ``kernels.attention``.
     ``head_mask`` (heads,) multiplies each head's output before the output projection:
     0 silences a head (the seed's exercise 3: mask a head, see what changes).
@@ -44,10 +48,10 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, *, heads, kernel="c_tiled", caus
     Raises ValueError (shapes, heads, kernel), TypeError (types, dtypes) or MemoryError
     (what the call would allocate does not fit) before any work.
     """
-    _check(x, dict(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o), heads, biases, head_mask)
+    kv_heads = _check(x, dict(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o), heads, biases, head_mask, kv_heads)
     half = attention_type(attention_dtype)
-    _check_memory(x, heads, kernel, causal, half)
-    q, k, v = _projections(x, (w_q, w_k, w_v), heads, biases)
+    _check_memory(x, heads, kv_heads, kernel, causal, half)
+    q, k, v = _projections(x, (w_q, w_k, w_v), heads, kv_heads, biases)
     if half is not None:
         q, k, v = (a.astype(half) for a in (q, k, v))
     heads_out = attention(q, k, v, kernel=kernel, causal=causal)     # (..., heads, n, d_head)
@@ -68,16 +72,17 @@ def attention_type(attention_dtype):
     return dtypes.require(attention_dtype, "attention_dtype", "half-precision attention", dtypes.HALF).dtype
 
 
-def multi_head_projections(x, w_q, w_k, w_v, *, heads, biases=None):
+def multi_head_projections(x, w_q, w_k, w_v, *, heads, biases=None, kv_heads=None):
     """The per-head queries, keys and values that ``multi_head_attention`` attends with:
-    x (..., n, d_model) -> q, k, v, each (..., heads, n, d_head).  For looking inside a
-    layer, e.g. ``attention_weights(q, k)`` gives every head's weights."""
-    _check(x, dict(w_q=w_q, w_k=w_k, w_v=w_v), heads, biases, None)
-    return _projections(x, (w_q, w_k, w_v), heads, biases)
+    x (..., n, d_model) -> q (..., heads, n, d_head), k and v (..., kv_heads, n, d_head).
+    For looking inside a layer, e.g. ``attention_weights(q, k)`` gives every head's weights."""
+    kv_heads = _check(x, dict(w_q=w_q, w_k=w_k, w_v=w_v), heads, biases, None, kv_heads)
+    return _projections(x, (w_q, w_k, w_v), heads, kv_heads, biases)
 
 
-def _projections(x, weights, heads, biases):
-    return tuple(split_heads(_project(x, w, _bias(biases, i)), heads) for i, w in enumerate(weights))
+def _projections(x, weights, heads, kv_heads, biases):
+    return tuple(split_heads(_project(x, w, _bias(biases, i)), heads if i == 0 else kv_heads)
+                 for i, w in enumerate(weights))
 
 
 def split_heads(x, heads):
@@ -101,7 +106,7 @@ def _bias(biases, index):
     return None if biases is None else biases[index]
 
 
-def _check_memory(x, heads, kernel, causal, half):
+def _check_memory(x, heads, kv_heads, kernel, causal, half):
     """MemoryError before the projections are made if the whole call cannot fit: the
     attention's output and workspace, and six more arrays the size of x at the peak
     (q, k, v and the contiguous copies a kernel makes of them; or q, k, v, the merged
@@ -111,11 +116,13 @@ def _check_memory(x, heads, kernel, causal, half):
         return  # nothing to allocate; attention() says what is wrong with the sizes
     *lead, n, d_model = x.shape
     d_head = d_model // heads
-    problem = planned((*lead, heads), n, n, d_head, d_head, x.dtype if half is None else half, causal)
+    problem = planned((*lead, heads), n, n, d_head, d_head, x.dtype if half is None else half, causal,
+                      heads // kv_heads)
     check_resources(get_kernel(kernel), problem, (6 if half is None else 8) * x.nbytes)
 
 
-def _check(x, weights, heads, biases, head_mask):
+def _check(x, weights, heads, biases, head_mask, kv_heads=None):
+    """Everything about the arguments; returns kv_heads (``heads`` for None)."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a NumPy array, got {type(x).__name__}")
     dtypes.require(x.dtype, "x", "multi-head attention", dtypes.WIDE)
@@ -127,13 +134,18 @@ def _check(x, weights, heads, biases, head_mask):
     _check_width(x, weights)
     if d_model % heads:
         raise ValueError(f"d_model = {d_model} (x {x.shape}) is not divisible by heads = {heads}")
+    kv_heads = heads if kv_heads is None else kv_heads
+    if not isinstance(kv_heads, numbers.Integral) or isinstance(kv_heads, bool) or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"kv_heads must be a positive integer dividing heads = {heads}, got {kv_heads!r}")
+    kv_width = kv_heads * (d_model // heads)
     arrays = dict(weights)
     if biases is not None:
         if len(biases) != 4:
             raise ValueError(f"biases must be four arrays or None (b_q, b_k, b_v, b_o), got {len(biases)}")
         arrays.update((f"b_{p[-1]}", b) for p, b in zip(_PROJECTIONS, biases) if b is not None)
     for name, array in arrays.items():
-        expected = (d_model,) if name.startswith("b_") else (d_model, d_model)
+        width = kv_width if name[-1] in "kv" else d_model
+        expected = (width,) if name.startswith("b_") else (d_model, width)
         if not isinstance(array, np.ndarray):
             raise TypeError(f"{name} must be a NumPy array, got {type(array).__name__}")
         if array.shape != expected:
@@ -143,13 +155,14 @@ def _check(x, weights, heads, biases, head_mask):
     if head_mask is not None and np.shape(head_mask) != (heads,):
         raise ValueError(f"head_mask must have shape ({heads},), one factor per head, "
                          f"got {np.shape(head_mask)}")
+    return kv_heads
 
 
 def _check_width(x, weights):
     """Blame x, not w_q, when the weights agree on a width (all (d, d), one d) that is not
     x's last dimension; any other disagreement is left to the per-array checks."""
     w_q = weights["w_q"]
-    shapes = {getattr(w, "shape", None) for w in weights.values()}
+    shapes = {getattr(w, "shape", None) for name, w in weights.items() if name not in ("w_k", "w_v")}
     if (len(shapes) == 1 and isinstance(w_q, np.ndarray) and w_q.ndim == 2
             and w_q.shape[0] == w_q.shape[1] != x.shape[-1]):
         raise ValueError(f"x's last dimension (d_model) is {x.shape[-1]} (x {x.shape}), but the "

@@ -22,7 +22,7 @@ import pathlib
 
 from ..output import write_text
 from ..output import Table
-from . import (decode, gaps, goals, half, in_context, machines, memory_wall, model, multi_head, overview, peers,
+from . import (cache, decode, gaps, goals, half, in_context, machines, memory_wall, model, multi_head, overview, peers,
                roofline, seq_len, side_by_side, startup, thread_scaling, trust)
 from .document import Plot
 from .machines import keep_machine, with_kept_runs
@@ -51,6 +51,7 @@ SECTIONS = (
     in_context.in_context_section,
     roofline.roofline,
     decode.decode,
+    cache.cache,
     startup.startup,
     machines.machines,
     goals.goals,

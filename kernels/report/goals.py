@@ -14,6 +14,7 @@ from typing import Callable
 from .. import bench_spec as spec
 from ..output import Column, Table, fmt_count, fmt_number, interval, missing, ratio, text
 from ..spread import bounds
+from .cache import cache_error, cache_speedup, over_fastest_peer, worst_read_fraction
 from .ceilings import fma_peak
 from .decode import cache_read_fraction
 from .document import Section
@@ -118,6 +119,8 @@ LEAD = ("a lead over PyTorch's flash-attention CPU kernel, the best CPU attentio
         "measured, larger than a shared machine's run-to-run noise")
 EVERY_PEER = ("ahead of every CPU attention a user could pick (PyTorch, ONNX Runtime, OpenVINO, "
               "JAX) by more than a shared machine's noise")
+CACHE_BYTES = ("a step reads the cache once, so its time follows the bytes: half the bytes, nearly twice the "
+               "speed; a quarter of the K/V heads, nearly four times")
 IN_CONTEXT = ("inside a model every call follows a matrix product, whose BLAS workers spin on "
               "the other cores; a call must not wait for them")
 GOALS = (
@@ -164,6 +167,26 @@ GOALS = (
     *(Goal(kernel + " cached decode time ÷ numpy's, the worst n", _decode_over_numpy(kernel), 1.0, False,
            "with one query the tiled rungs split the keys across threads, never slower than numpy")
       for kernel in spec.TILED),
+    *(Goal(f"{kernel} decode on a {what} cache over the float32 cache of 8 K/V heads, one query, 8 query "
+           f"heads, n = {spec.CACHE_SEQ_LEN:,}, all threads, " + SIDE_BY_SIDE,
+           lambda run, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads:
+           cache_speedup(run, kernel, cache_dtype, kv_heads), target, True, CACHE_BYTES)
+      for kernel in spec.TILED
+      for what, cache_dtype, kv_heads, target in (("float16", "float16", 8, 1.8), ("bfloat16", "bfloat16", 8, 1.8),
+                                                  ("int8", "int8", 8, 3.0), ("float32, 2 K/V heads,", "float32", 2, 3.5),
+                                                  ("int8, 2 K/V heads,", "int8", 2, 10.0))),
+    *(Goal(f"{kernel} decode: the smallest cache read rate ÷ streaming-read bandwidth over every format and "
+           f"grouping, n = {spec.CACHE_SEQ_LEN:,}", lambda run, kernel=kernel: worst_read_fraction(run, kernel),
+           0.75, True, "fewer bytes must not mean a slower read: widening stays hidden behind the memory")
+      for kernel in spec.TILED),
+    *(Goal(f"{kernel} decode speed over the fastest peer taking the same cache (the smallest ratio over "
+           f"formats and groupings), n = {spec.CACHE_SEQ_LEN:,}, all threads, " + SIDE_BY_SIDE,
+           lambda run, kernel=kernel: over_fastest_peer(run, kernel), target, True,
+           "the engines' own caches are the ones to beat, format for format")
+      for kernel, target in (("c_tiled", 1.0), ("numba_tiled", 0.7))),
+    Goal(f"int8 cache: the largest norm-wise relative error of a decode step against float64, over "
+         f"{spec.CACHE_FIDELITY_STEPS:,} steps", lambda run: cache_error(run, "int8", "decode"), 0.02, False,
+         "8-bit codes keep about two significant digits of each row; the output must keep them"),
     Goal("tiny call (one head, n = 64): c_tiled speed over {peer}, all threads, " + SIDE_BY_SIDE,
          _over(spec.PEER, "c_tiled", "tiny", spec.DECODE_DTYPE), 2.0, True,
          "a call this small should not wake a thread pool: a fixed cost of microseconds"),

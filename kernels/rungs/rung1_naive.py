@@ -6,7 +6,8 @@ and sum the values weighted by the result.  Pure Python floats (float64, so floa
 rounds the result to the inputs' type), no NumPy inside the loops: this is the
 algorithm as a reader would trace it by hand.
 
-Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v).
+Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v); query
+head b reads K/V head b // (B / B_kv) (grouped-query attention).
 Time: O(B·n_q·n_k·(d + d_v)) interpreted operations (about a microsecond each), so
 the registry caps it at B·n_q·n_k <= 65,536 scores.  Memory: the inputs as Python
 lists plus one row of n_k scores at a time.
@@ -21,8 +22,9 @@ from ..reference import first_seeing_row
 def run(q, k, v, out, causal, scale):
     n_q, n_k = q.shape[1], k.shape[1]
     first = first_seeing_row(n_q, n_k, causal)
+    group = q.shape[0] // k.shape[0]
     for b in range(q.shape[0]):
-        queries, keys, values = (x[b].astype(np.float64).tolist() for x in (q, k, v))
+        queries, keys, values = (x.astype(np.float64).tolist() for x in (q[b], k[b // group], v[b // group]))
         for i, query in enumerate(queries):
             out[b, i] = _attend(query, keys, values, i, n_q, n_k, causal, scale) if i >= first else 0.0
 

@@ -4,7 +4,10 @@ What it adds over ``naive``: BLAS for the two products (Q Kᵀ and P V) and arra
 softmax, so the interpreter no longer touches each score.  What it costs: the
 scores of every head live in memory at once.
 
-Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v).
+Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v), B a
+multiple of B_kv: grouped-query attention views q as (B_kv, group, n_q, d) against k and
+v as (B_kv, 1, n_k, d), so that matmul broadcasts each K/V head over its group, never
+copying it.
 Time: O(B·n_q·n_k·(d + d_v)) flops in BLAS plus O(B·n_q·n_k) exp.
 Memory: B·n_q·n_k·itemsize for the scores (plus n_q·n_k bytes for a causal mask),
 declared by ``workspace_bytes`` so the API refuses with MemoryError before allocating.
@@ -30,12 +33,15 @@ def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):
 @np.errstate(invalid="ignore")
 def run(q, k, v, out, causal, scale):
     q, k, v = (x.astype(out.dtype, copy=False) for x in (q, k, v))  # 16-bit: widened to float32
-    n_q, n_k = q.shape[1], k.shape[1]
+    (batch, n_q, d), (kv_batch, n_k, d_v) = q.shape, v.shape
+    # (B_kv, group, n, ·): a K/V head broadcast over the query heads of its group
+    q, k, v = q.reshape(kv_batch, batch // kv_batch, n_q, d), k[:, None], v[:, None]
+    out = out.reshape(kv_batch, batch // kv_batch, n_q, d_v)
     first = first_seeing_row(n_q, n_k, causal)
-    out[:, :first] = 0.0
-    q = q[:, first:]
-    # S = scale · Q Kᵀ: (B, n_q, n_k), the O(n²) buffer this rung is about
-    scores = np.matmul(q, k.transpose(0, 2, 1))
+    out[..., :first, :] = 0.0
+    q = q[..., first:, :]
+    # S = scale · Q Kᵀ: (B_kv, group, n_q, n_k), the O(n²) buffer this rung is about
+    scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= scale
     if causal:
         # query first + r sees keys j <= first + r + (n_k - n_q)
@@ -46,13 +52,13 @@ def run(q, k, v, out, causal, scale):
     np.exp(scores, out=scores)
     row_sums = scores.sum(axis=-1, keepdims=True)
     # Y = P V / l, written straight into the output
-    seen_out = out[:, first:]
+    seen_out = out[..., first:, :]
     if causal and not np.isfinite(v).all():
         # A masked key must take no part, but its weight 0 times a NaN/Inf value is
         # NaN: sum each row over exactly the keys it sees (rare input, O(n) products).
         for row in range(n_q - first):
             keys = first + row + n_k - n_q + 1
-            np.matmul(scores[:, row, None, :keys], v[:, :keys], out=seen_out[:, row, None])
+            np.matmul(scores[..., row, None, :keys], v[..., :keys, :], out=seen_out[..., row, None, :])
     else:
         np.matmul(scores, v, out=seen_out)
     seen_out /= row_sums

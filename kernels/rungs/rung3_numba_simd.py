@@ -294,11 +294,14 @@ TASK = types.void(types.voidptr, types.int64, types.int32)
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def call_arrays(call, stored, real):
-    """A task's view of its call record: q, k, v as arrays of ``stored``, out of ``real``."""
+def call_arrays(call, stored, real, kv_stored):
+    """A task's view of its call record: q (heads, n_q, d) of ``stored``, out of ``real``;
+    k and v of ``kv_stored`` as whole buffers (kv_heads, kv_rows, ·), a K/V head's n_k rows
+    at its start (k[h, :n_k]: a view with spare rows between heads, a KV cache's, is read
+    in place)."""
     q = carray(address_as_voidptr(call.q), (call.heads, call.n_q, call.d), stored)
-    k = carray(address_as_voidptr(call.k), (call.heads, call.n_k, call.d), stored)
-    v = carray(address_as_voidptr(call.v), (call.heads, call.n_k, call.d_v), stored)
+    k = carray(address_as_voidptr(call.k), (call.kv_heads, call.kv_rows, call.d), kv_stored)
+    v = carray(address_as_voidptr(call.v), (call.kv_heads, call.kv_rows, call.d_v), kv_stored)
     out = carray(address_as_voidptr(call.out), (call.heads, call.n_q, call.d_v), real)
     return q, k, v, out
 

@@ -1,85 +1,123 @@
 """rung 3's decode path, split-KV ("flash decoding"): a few queries per head against a
 long key sequence, compiled by Numba on the project's thread pool.  ``rung3_numba_tiled``
-sends a call here when it has at most SPLIT_KV_MAX_ROWS = 4 queries per head (one new
-token against a KV cache, say).
+sends a call here when it has at most SPLIT_KV_MAX_ROWS = 4 queries per query head (one
+new token against a KV cache, say): a query tile would pad one query to a whole panel,
+and B tasks could not use the threads.
 
-Decoding (up to SPLIT_KV_MAX_ROWS = 4 queries per head, e.g. one new token against a
-KV cache) takes a split-KV path instead ("flash decoding"): a query tile would pad one
-query to a whole panel, and B tasks could not use the threads.  One loop of tasks runs
-over (head, chunk of SPLIT_KV_CHUNK keys); each task reads its keys and values once
-for all the head's queries and leaves a partial (m, l, acc) per query, which a second
-loop over (head, query) merges.  Time O(B · n_q · n_k · (d + d_v)) with plain
-vectorised dot products (memory-bound); extra memory O(B · n_k / SPLIT_KV_CHUNK ·
+One loop of tasks runs over (K/V head, chunk of SPLIT_KV_CHUNK keys); each task reads
+its keys and values once for all the rows of its K/V head, the queries of every query
+head of its group (grouped-query attention: B / B_kv query heads share one K/V head, so
+a K/V head is read once for all of them, never once per query head), and leaves a
+partial (m, l, acc) per row, which a second loop over (query head, query) merges.  Time
+O(B · n_q · n_k · (d + d_v)) with plain vectorised dot products (memory-bound: the bytes
+read are B_kv · n_k · (d + d_v) elements); extra memory O(B · n_k / SPLIT_KV_CHUNK ·
 n_q · d_v) partials.  Same NaN/Inf and causal semantics as the tiled path.
 
-Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v), float32,
-float64, bfloat16 or float16 (out, partials float32 for these), C-contiguous, validated
-by the caller; B is batch and heads flattened.
+Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v), float32,
+float64, bfloat16 or float16 (out, partials float32 for these), validated by the caller;
+B is batch and heads flattened, query head h reads K/V head h // (B / B_kv).  q and out
+are C-contiguous; a K/V head's rows are contiguous and the heads kv_rows rows apart
+(a KV cache's buffers with room to spare are read in place).
 
 bfloat16 and float16 come as their bits (uint16) and are widened exactly to float32
 inside each task: the queries as they are scaled, keys and values KEY_BLOCK rows at a
 time into a scratch block (KEY_BLOCK x max(d, d_v) float32), each row once for all the
-head's queries; never a widened copy of the cache.  Everything after is float32, as for
-float32 inputs; only the output is rounded (by the API).  Cost: O(n_q · d + n_k · (d +
-d_v)) widening per head, beside its O(n_q · n_k · (d + d_v)) products; with n_q = 1 the
-two are of one order (decoding is memory-bound), but the rows read are half as wide.
+group's rows; never a widened copy of the cache.  Everything after is float32, as for
+float32 inputs; only the output is rounded (by the API).  An int8 cache (``run`` with
+scales: q float32, k and v int8 with one float32 scale per row) is read the same way, a
+block of rows dequantised (scale · code, exact in float32) into the scratch block: 1 byte
+per element and 4 per row read.  Cost: O(n_q · d + n_k · (d + d_v)) widening per K/V
+head, beside its O(group · n_q · n_k · (d + d_v)) products; with one query the two are of
+one order (decoding is memory-bound), but the rows read are half or a quarter as wide.
 """
 import functools
 
 import numpy as np
-from numba import carray, cfunc, njit
+from numba import carray, cfunc, njit, types
+from numba.extending import overload
 
 from ..threads import address, parallel_for, threads_for
 from .rung3_numba_simd import (
-    INTERNAL, JIT_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2, input_format, rows_in_compute_type, widen,
+    INTERNAL, JIT_OPTIONS, OVERLOAD_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2, input_format,
+    prefer_wide_vectors, rows_in_compute_type, widen,
 )
 
 # A query tile would pad a few queries to a whole panel (24 float32 rows) and leave the
 # threads idle, so up to this many queries per head split the keys instead.
 SPLIT_KV_MAX_ROWS = 4
 SPLIT_KV_CHUNK = 256  # keys per split-KV task
-KEY_BLOCK = 32  # 16-bit inputs: keys (and values) widened at a time, into a scratch block
+KEY_BLOCK = 32  # 16-bit or int8 inputs: keys (and values) widened at a time, into a scratch block
+INT8 = 8  # the format of an int8 KV cache (rung3_numba_simd's formats are 0-3)
 
 # What a task needs of its call: the arrays' addresses and shapes and the call's
 # constants, filled by run() and read by the compiled tasks.
 CALL = np.dtype([
     ("q", np.intp), ("k", np.intp), ("v", np.intp), ("out", np.intp),
     ("stats", np.intp), ("acc", np.intp),
+    ("k_scales", np.intp), ("v_scales", np.intp),
     ("heads", np.int64), ("n_q", np.int64), ("n_k", np.int64), ("d", np.int64), ("d_v", np.int64),
-    ("n_chunks", np.int64), ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
+    ("kv_heads", np.int64), ("kv_rows", np.int64), ("group", np.int64), ("n_chunks", np.int64), ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
 ])
 
 
-@njit(**INTERNAL)
-def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc, fmt):
-    """One split-KV task: every query of one head against the keys j0 <= j < j1.
+def cache_rows(src, scales, first, count, scratch, fmt):
+    """(rows, start), rows[start + j] = src[first + j] in the compute type for j < count:
+    ``rows_in_compute_type``'s, or an int8 src's rows dequantised into scratch,
+    scales[first + j] · src[first + j] (exact in float32: an 8-bit integer times a float32)."""
+    raise NotImplementedError("cache_rows is only callable from jitted code")
 
-    q (n_q, d), k (n_k, d), v (n_k, d_v); query i sees keys j < i + 1 + offset.
+
+@overload(cache_rows, prefer_literal=True, jit_options=OVERLOAD_OPTIONS)
+def _cache_rows_overload(src, scales, first, count, scratch, fmt):
+    if src.dtype != types.int8:
+        return lambda src, scales, first, count, scratch, fmt: rows_in_compute_type(src, first, count, scratch, fmt)
+
+    def dequantised(src, scales, first, count, scratch, fmt):
+        prefer_wide_vectors()
+        for j in range(count):
+            row, wide, factor = src[first + j], scratch[j], scales[first + j]
+            for c in range(src.shape[1]):
+                wide[c] = np.float32(row[c]) * factor
+        return scratch, 0
+
+    return dequantised
+
+
+@njit(**INTERNAL)
+def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2_scale, stats, acc, fmt):
+    """One split-KV task: every query of one K/V head's group against its keys j0 <= j < j1.
+
+    q (group, n_q, d): the group's query heads; k (n_k, d), v (n_k, d_v); query i sees keys
+    j < i + 1 + offset.  The group's rows are taken query by query, row r = i · group + h
+    (query i of head h), so that what a row sees never shrinks as r grows.
     q, k, v are of acc's type, read in place, or the uint16 bits of the 16-bit format
-    fmt (a literal): q widened as it is scaled, K and V a block of KEY_BLOCK rows at a
-    time into a scratch block, each row widened once for all queries.
-    Writes, per query, the chunk's max m and sum l of P = 2**((S - m) · log2_scale)
-    into stats (n_q, 2), and the un-normalised acc (n_q, d_v) = P V.  A query that sees
+    fmt (a literal), or (fmt INT8) q in acc's type and k, v int8 with one scale per row
+    (k_scales (n_k,), v_scales; empty otherwise): q widened as it is scaled, K and V a block
+    of KEY_BLOCK rows at a time into a scratch block, each row widened once for all rows.
+    Writes, per row, the chunk's max m and sum l of P = 2**((S - m) · log2_scale)
+    into stats (rows, 2), and the un-normalised acc (rows, d_v) = P V.  A row that sees
     none of the chunk gets m = -inf, l = 0, acc = 0; keys past its limit never enter.
-    Each key and value row is read once, for all queries; the loops over d and d_v
+    Each key and value row is read once, for all rows; the loops over d and d_v
     are the ones LLVM vectorises.
     """
-    n_q, d = q.shape
+    group, n_q, d = q.shape
+    n_rows = group * n_q
     d_v = v.shape[1]
     dtype = acc.dtype
     neg_inf = dtype.type(-np.inf)
     zero = dtype.type(0.0)
     # scratch: the scaled queries (q_factor · q) and this chunk's scores, then P
-    scratch = np.empty((n_q, d + SPLIT_KV_CHUNK), dtype)
-    # 16-bit inputs: a block of keys or values widened (nothing for a float type)
+    scratch = np.empty((n_rows, d + SPLIT_KV_CHUNK), dtype)
+    # 16-bit or int8 inputs: a block of keys or values widened (nothing for a float type)
     block = np.empty((KEY_BLOCK if fmt else 0, max(d, d_v)), dtype)
-    visible = np.empty(n_q, np.int64)
-    for r in range(n_q):
-        visible[r] = min(j1, max(j0, r + 1 + offset)) - j0  # non-decreasing in r
+    visible = np.empty(n_rows, np.int64)
+    for r in range(n_rows):
+        i = r // group
+        visible[r] = min(j1, max(j0, i + 1 + offset)) - j0  # non-decreasing in r
         for c in range(d):
-            scratch[r, c] = widen(q[r, c], fmt) * q_factor
-    keys = visible[n_q - 1]
-    # Key j is seen by the rows first_row[j] ... n_q - 1 (visible is non-decreasing), so
+            scratch[r, c] = widen(q[r % group, i, c], fmt) * q_factor
+    keys = visible[n_rows - 1]
+    # Key j is seen by the rows first_row[j] ... n_rows - 1 (visible is non-decreasing), so
     # both products loop over exactly those rows.  (A test "j < visible[r]" around the
     # loop over d kept LLVM from vectorising it: 3x slower.)
     first_row = np.empty(keys, np.int64)
@@ -90,10 +128,10 @@ def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc, 
         first_row[j] = first
     # S = (q_factor · Q) K_chunkᵀ, only the keys each query sees
     for b in range(0, keys, KEY_BLOCK):
-        rows, start = rows_in_compute_type(k, j0 + b, min(KEY_BLOCK, keys - b), block, fmt)
+        rows, start = cache_rows(k, k_scales, j0 + b, min(KEY_BLOCK, keys - b), block, fmt)
         for j in range(b, min(b + KEY_BLOCK, keys)):
             k_row = rows[start + j - b]
-            for r in range(first_row[j], n_q):
+            for r in range(first_row[j], n_rows):
                 q_row = scratch[r, :d]
                 s = zero
                 for c in range(d):
@@ -102,7 +140,7 @@ def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc, 
     # m = rowmax S (fmax skips a NaN score, which poisons the row through P),
     # P = 2**((S - m) · log2_scale), l = rowsum P; shift by 0 while m = -inf, as
     # online_softmax does, so that P = 0 rather than NaN
-    for r in range(n_q):
+    for r in range(n_rows):
         p_row = scratch[r, d : d + visible[r]]
         m = neg_inf
         for j in range(visible[r]):
@@ -119,10 +157,10 @@ def attend_key_chunk(q, k, v, j0, j1, offset, q_factor, log2_scale, stats, acc, 
     # acc = P V_chunk, again over the rows that see each key; a key is never skipped
     # for a zero weight (0 · NaN must give NaN)
     for b in range(0, keys, KEY_BLOCK):
-        rows, start = rows_in_compute_type(v, j0 + b, min(KEY_BLOCK, keys - b), block, fmt)
+        rows, start = cache_rows(v, v_scales, j0 + b, min(KEY_BLOCK, keys - b), block, fmt)
         for j in range(b, min(b + KEY_BLOCK, keys)):
             v_row = rows[start + j - b]
-            for r in range(first_row[j], n_q):
+            for r in range(first_row[j], n_rows):
                 p = scratch[r, d + j]
                 acc_row = acc[r]
                 for c in range(d_v):
@@ -161,63 +199,90 @@ def merge_chunks(stats, acc, out_row, visible, log2_scale):
 
 @njit(inline="always", **JIT_OPTIONS)
 def call_partials(call, real):
-    """The call's split-KV partials: stats (heads, n_chunks, n_q, 2), acc (..., d_v)."""
-    stats = carray(address_as_voidptr(call.stats), (call.heads, call.n_chunks, call.n_q, 2), real)
-    acc = carray(address_as_voidptr(call.acc), (call.heads, call.n_chunks, call.n_q, call.d_v), real)
+    """The call's split-KV partials: stats (kv_heads, n_chunks, group · n_q, 2), acc (..., d_v)."""
+    rows = call.group * call.n_q
+    stats = carray(address_as_voidptr(call.stats), (call.kv_heads, call.n_chunks, rows, 2), real)
+    acc = carray(address_as_voidptr(call.acc), (call.kv_heads, call.n_chunks, rows, call.d_v), real)
     return stats, acc
 
 
 # The two loops' tasks, compiled as C callbacks the pool calls (``call`` points to one
-# CALL record), each for one dtype and only when a call first needs it:
-#     key_chunk_task(dtype)    one (head, chunk of SPLIT_KV_CHUNK keys), its partials
-#                              into stats and acc
-#     merge_task(dtype)        one (head, query) merged from them
+# CALL record), each for one (query dtype, cache dtype) and only when a call first needs it:
+#     key_chunk_task(...)    one (K/V head, chunk of SPLIT_KV_CHUNK keys), its partials
+#                            into stats and acc
+#     merge_task(...)        one (K/V head, row) merged from them
 # A task closes over plain constants only (``input_format``: the input and compute
-# scalar types, the 16-bit format), so that Numba's cache finds it again.
-@functools.cache
-def key_chunk_task(dtype):
+# scalar types, the 16-bit format; INT8), so that Numba's cache finds it again.
+def _formats(dtype, cache_dtype):
+    """(q's stored type, K/V's stored type, compute type, format) of a call."""
     stored, real, fmt = input_format(dtype)
+    if cache_dtype == np.int8:
+        return stored, np.int8, real, INT8
+    return stored, stored, real, fmt
+
+
+@functools.cache
+def key_chunk_task(dtype, cache_dtype):
+    stored, kv_stored, real, fmt = _formats(dtype, cache_dtype)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def key_chunk(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, _ = call_arrays(call, stored, real)
+        q, k, v, _ = call_arrays(call, stored, real, kv_stored)
+        k_scales, v_scales = call_scales(call)
         stats, acc = call_partials(call, real)
         head, chunk = task // call.n_chunks, task % call.n_chunks
         j0 = chunk * SPLIT_KV_CHUNK
-        attend_key_chunk(q[head], k[head], v[head], j0, min(call.n_k, j0 + SPLIT_KV_CHUNK), call.offset,
+        attend_key_chunk(q[head * call.group:(head + 1) * call.group], k[head, :call.n_k], v[head, :call.n_k],
+                         k_scales[head], v_scales[head], j0, min(call.n_k, j0 + SPLIT_KV_CHUNK), call.offset,
                          real(call.q_factor), real(call.log2_scale), stats[head, chunk], acc[head, chunk], fmt)
 
     return key_chunk
 
 
 @functools.cache
-def merge_task(dtype):
-    stored, real, _ = input_format(dtype)
+def merge_task(dtype, cache_dtype):
+    stored, kv_stored, real, _ = _formats(dtype, cache_dtype)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def merge(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        _, _, _, out = call_arrays(call, stored, real)
+        _, _, _, out = call_arrays(call, stored, real, kv_stored)
         stats, acc = call_partials(call, real)
-        head, r = task // call.n_q, task % call.n_q
-        merge_chunks(stats[head, :, r], acc[head, :, r], out[head, r], r + 1 + call.offset > 0,
-                     real(call.log2_scale))
+        rows = call.group * call.n_q
+        head, r = task // rows, task % rows
+        i = r // call.group
+        merge_chunks(stats[head, :, r], acc[head, :, r], out[head * call.group + r % call.group, i],
+                     i + 1 + call.offset > 0, real(call.log2_scale))
 
     return merge
 
 
-def run(q, k, v, out, offset, q_factor, log2_scale, dtype):
-    """out (B, n_q, d_v) from q, k, v as ``rung3_numba_tiled.run`` gets them (16-bit
-    inputs as uint16 views; ``dtype`` is the inputs' own), with its offset (query i sees
-    keys j < i + 1 + offset), sign of the scale (q_factor) and |scale| · log2(e).
+@njit(inline="always", **JIT_OPTIONS)
+def call_scales(call):
+    """The int8 cache's scales, (kv_heads, kv_rows) each: (kv_heads, 0) for other formats."""
+    columns = call.kv_rows if call.k_scales else 0
+    k_scales = carray(address_as_voidptr(call.k_scales), (call.kv_heads, columns), np.float32)
+    v_scales = carray(address_as_voidptr(call.v_scales), (call.kv_heads, columns), np.float32)
+    return k_scales, v_scales
+
+
+def run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype, k_scales=None, v_scales=None):
+    """out (B, n_q, d_v) from q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) as
+    ``rung3_numba_tiled.run`` gets them (16-bit inputs as uint16 views, ``dtype`` the
+    inputs' own; K/V heads kv_rows rows apart), with its offset (query i sees keys
+    j < i + 1 + offset), sign of the scale (q_factor) and |scale| · log2(e).  An int8
+    cache: k and v int8, k_scales and v_scales float32 (B_kv, n_k) with heads kv_rows apart.
     Extra memory: partials of B · n_chunks · n_q · (d_v + 2) in out's type."""
     heads, n_q, d = q.shape
-    n_k, d_v = v.shape[1], v.shape[2]
+    kv_heads, n_k, d_v = v.shape
+    group = heads // kv_heads
     n_chunks = -(-n_k // SPLIT_KV_CHUNK)
-    stats = np.empty((heads, n_chunks, n_q, 2), out.dtype)
-    acc = np.empty((heads, n_chunks, n_q, d_v), out.dtype)
-    call = np.array([(*map(address, (q, k, v, out, stats, acc)), heads, n_q, n_k, d, d_v, n_chunks,
-                      offset, q_factor, log2_scale)], CALL)
-    parallel_for(heads * n_chunks, threads_for(2.0 * heads * n_q * n_k * (d + d_v)), key_chunk_task(dtype), call)
-    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(dtype), call)
+    stats = np.empty((kv_heads, n_chunks, group * n_q, 2), out.dtype)
+    acc = np.empty((kv_heads, n_chunks, group * n_q, d_v), out.dtype)
+    scales = (0, 0) if k_scales is None else (address(k_scales), address(v_scales))
+    call = np.array([(*map(address, (q, k, v, out, stats, acc)), *scales, heads, n_q, n_k, d, d_v,
+                      kv_heads, kv_rows, group, n_chunks, offset, q_factor, log2_scale)], CALL)
+    parallel_for(kv_heads * n_chunks, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
+                 key_chunk_task(dtype, k.dtype), call)
+    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(dtype, k.dtype), call)

@@ -45,9 +45,10 @@ without SVML:
 the register-block shape (chosen for the CPU at import) and the JIT option sets come
 from ``rung3_numba_simd``, which explains how they work.
 
-Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
+Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v),
 float32, float64, bfloat16 or float16 (out float32 for these); B is batch and heads
-flattened.  A call under the pool's size for threads (``threads.threads_for``) runs on
+flattened, B_kv divides it (grouped-query attention: query head h reads K/V head
+h // (B / B_kv), in place; a (head, query tile) task reads its own K/V head's tiles).  A call under the pool's size for threads (``threads.threads_for``) runs on
 the calling thread alone.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
 extra memory O(threads · TILE_Q · (TILE_K + d + d_v)), independent of n: per-task
@@ -76,6 +77,7 @@ import math
 import numpy as np
 from numba import carray, cfunc, njit
 
+from ..api import kv_layout
 from ..threads import address, parallel_for, threads_for
 from . import rung3_numba_split_kv
 from .rung3_numba_simd import (
@@ -295,7 +297,7 @@ def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, fmt):
 CALL = np.dtype([
     ("q", np.intp), ("k", np.intp), ("v", np.intp), ("out", np.intp),
     ("heads", np.int64), ("n_q", np.int64), ("n_k", np.int64), ("d", np.int64), ("d_v", np.int64),
-    ("n_query_tiles", np.int64), ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
+    ("kv_heads", np.int64), ("kv_rows", np.int64), ("group", np.int64), ("n_query_tiles", np.int64), ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
 ])
 
 
@@ -313,35 +315,74 @@ def query_tile_task(dtype):
     @cfunc(TASK, **JIT_OPTIONS)
     def query_tile(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, out = call_arrays(call, stored, real)
+        q, k, v, out = call_arrays(call, stored, real, stored)
         head, tile = task_order(task, call.heads, call.n_query_tiles)
-        attend_query_tile(q[head], k[head], v[head], out[head], tile * TILE_Q, call.offset,
+        kv_head = head // call.group
+        attend_query_tile(q[head], k[kv_head, :call.n_k], v[kv_head, :call.n_k], out[head], tile * TILE_Q, call.offset,
                           real(call.q_factor), real(call.log2_scale), fmt)
 
     return query_tile
 
 
 def run(q, k, v, out, causal, scale):
-    """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v): C-contiguous, one dtype of
-    ``kernels.dtypes``, already validated; out (B, n_q, d_v) of its compute type.  Writes
-    every element of out.  Up to SPLIT_KV_MAX_ROWS queries per head (decoding) take the
-    split-KV path.  16-bit inputs go to compiled code as their bits (uint16 views)."""
+    """q (B, n_q, d) C-contiguous, k (B_kv, n_k, d), v (B_kv, n_k, d_v) with B_kv dividing B
+    (grouped-query attention: query head h reads K/V head h // (B / B_kv)) and C-contiguous
+    rows, heads any whole number of rows apart (``api.kv_layout``: a KV cache's spare
+    capacity is skipped, not copied); one dtype of ``kernels.dtypes``, already validated;
+    out (B, n_q, d_v) of its compute type.  Writes every element of out.  Up to
+    SPLIT_KV_MAX_ROWS queries per query head (decoding) take the split-KV path, which reads
+    each K/V head once for its whole group.  16-bit inputs go to compiled code as their
+    bits (uint16 views)."""
     dtype = q.dtype
     stored = input_format(dtype)[0]
+    k, v, kv_rows = kv_layout(k, v)
     q, k, v = (a.view(stored) for a in (q, k, v))
     heads, n_q, d = q.shape
-    n_k, d_v = v.shape[1], v.shape[2]
-    offset = n_k - n_q if causal else n_k   # query i sees keys j < i + 1 + offset
-    # The running max is taken over unscaled scores, so the sign of the scale moves
-    # (exactly) into q: -1, or 0 for scale = 0, which makes every score 0 (NaN where
-    # an input is not finite) while log2_scale stays positive, so that a masked
-    # score (-inf) still weighs exp(-inf) = 0 rather than exp(-inf · 0) = NaN.
-    q_factor, log2_scale = np.sign(scale), abs(scale) * LOG2_E if scale != 0 else 1.0
+    kv_heads, n_k, d_v = v.shape
+    offset, q_factor, log2_scale = _constants(n_q, n_k, causal, scale)
     if n_q <= SPLIT_KV_MAX_ROWS:
-        rung3_numba_split_kv.run(q, k, v, out, offset, q_factor, log2_scale, dtype)
+        rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype)
         return
     n_query_tiles = -(-n_q // TILE_Q)
-    call = np.array([(*map(address, (q, k, v, out)), heads, n_q, n_k, d, d_v, n_query_tiles, offset,
-                      q_factor, log2_scale)], CALL)
+    call = np.array([(*map(address, (q, k, v, out)), heads, n_q, n_k, d, d_v, kv_heads, kv_rows,
+                      heads // kv_heads, n_query_tiles, offset, q_factor, log2_scale)], CALL)
     parallel_for(heads * n_query_tiles, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
                  query_tile_task(dtype), call)
+
+
+def run_int8(q, k, k_scales, v, v_scales, out, causal, scale):
+    """As ``run``, against an int8 KV cache: q float32 (B, n_q, d); k int8 (B_kv, n_k, d) and
+    k_scales float32 (B_kv, n_k), key j of head h being k_scales[h, j] · k[h, j] (v, v_scales
+    alike), heads kv_rows rows apart in all four; out float32 (B, n_q, d_v).  Decoding (up to
+    SPLIT_KV_MAX_ROWS queries per head) reads the int8 rows in place, a block at a time
+    dequantised into scratch: 1 byte per element and 4 per row read.  More queries per head
+    (a prompt's chunk against the cache) are compute-bound: the visible cache is dequantised
+    to float32 first, O(n_k · (d + d_v)) beside the O(n_q · n_k · (d + d_v)) products."""
+    if q.shape[1] > SPLIT_KV_MAX_ROWS:
+        run(q, k_scales[..., None] * k.astype(np.float32), v_scales[..., None] * v.astype(np.float32),
+            out, causal, scale)
+        return
+    kv_rows = _int8_layout(k, k_scales, v, v_scales)
+    offset, q_factor, log2_scale = _constants(q.shape[1], k.shape[1], causal, scale)
+    rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, q.dtype, k_scales, v_scales)
+
+
+def _int8_layout(k, k_scales, v, v_scales):
+    """The rows between K/V heads shared by an int8 cache's four arrays (``api.kv_layout``);
+    ValueError when they do not share one (a KVCache's always do)."""
+    _, _, kv_rows = kv_layout(k, v)
+    scale_rows = {kv_layout(s[..., None], s[..., None])[2] for s in (k_scales, v_scales)}
+    if scale_rows != {kv_rows} or kv_layout(k, v)[0] is not k:
+        raise ValueError("an int8 cache's keys, values and scales must be views of buffers with "
+                         "one row count per head (a KVCache's are)")
+    return kv_rows
+
+
+def _constants(n_q, n_k, causal, scale):
+    """(offset, q_factor, log2_scale): query i sees keys j < i + 1 + offset; the running max
+    is taken over unscaled scores, so the sign of the scale moves (exactly) into q: -1, or 0
+    for scale = 0, which makes every score 0 (NaN where an input is not finite) while
+    log2_scale stays positive, so that a masked score (-inf) still weighs exp(-inf) = 0
+    rather than exp(-inf · 0) = NaN."""
+    offset = n_k - n_q if causal else n_k
+    return offset, np.sign(scale), abs(scale) * LOG2_E if scale != 0 else 1.0

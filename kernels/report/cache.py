@@ -1,0 +1,214 @@
+"""The section "The cache in fewer bytes" (``CacheFormats``, ``CachePeers``,
+``CacheGenerate``, ``CacheFidelity``, ``KeyGranularity``): decoding one token reads the
+whole KV cache, so its time is the cache's bytes over the memory bandwidth, and the way
+down is fewer bytes per cached token: fewer K/V heads (grouped-query attention) and
+narrower formats (16-bit, int8).  The main figure puts every kernel, format and grouping
+on one line of time against bytes, whose slope is the bandwidth."""
+import math
+
+from .. import bench_spec as spec
+from ..cache_formats import FORMATS
+from ..memory import format_bytes
+from ..output import (Column, Table, fmt_percent, fmt_ratio, fmt_seconds, missing, pyplot, ratio,
+                      save_png, text)
+from . import plots
+from .document import Plot, Section
+
+SHAPE = (f"one query, {spec.HEADS} query heads, d = {spec.HEAD_DIM}, a cache of {spec.CACHE_SEQ_LEN:,} tokens, "
+         "all threads")
+BASELINE = ("float32", spec.HEADS)   # the cache every speed-up is over
+
+
+def token_bytes(cache_dtype, kv_heads, seq_len=spec.CACHE_SEQ_LEN):
+    """Bytes one new token's attention reads: the cached keys and values, scales included."""
+    return seq_len * kv_heads * 2 * FORMATS[cache_dtype].row_bytes(spec.HEAD_DIM)
+
+
+def cells(run):
+    """(kernel, cache_dtype, kv_heads) of every CacheFormats cell measured, in ladder order."""
+    return [(kernel, cache_dtype, kv_heads) for kernel in run.kernels(spec.CACHE_TOKEN_TIME)
+            for cache_dtype in spec.CACHE_DTYPES for kv_heads in spec.CACHE_KV_HEADS
+            if not missing(run.value(spec.CACHE_TOKEN_TIME, kernel=kernel, cache_dtype=cache_dtype,
+                                     kv_heads=kv_heads))]
+
+
+def cache_speedup(run, kernel, cache_dtype, kv_heads):
+    """The kernel's speed on this cache over the float32 cache of 8 K/V heads, side by side."""
+    return run.value(spec.CACHE_SPEEDUP, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads)
+
+
+def read_fraction(run, kernel, cache_dtype, kv_heads):
+    """The step's read rate of the cache ÷ the streaming-read bandwidth of the same run."""
+    return ratio(run.value(spec.CACHE_READ_RATE, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads),
+                 run.value(spec.READ_BANDWIDTH))
+
+
+def worst_read_fraction(run, kernel):
+    """The smallest read fraction of ``kernel`` over every format and grouping measured."""
+    fractions = [read_fraction(run, kernel, c, h) for k, c, h in cells(run) if k == kernel]
+    fractions = [f for f in fractions if not missing(f)]
+    return min(fractions, key=float, default=math.nan)
+
+
+def peer_speedup(run, peer, kernel, cache_dtype, kv_heads):
+    """The kernel's speed over ``peer`` on this cache (the peer's time ÷ ours), side by side."""
+    return run.value(spec.CACHE_PEER_SPEEDUP, peer=peer, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads)
+
+
+def over_fastest_peer(run, kernel):
+    """The kernel's smallest speed over the fastest peer taking the same cache, over every
+    format and grouping some peer takes; NaN when no peer was measured."""
+    worst = []
+    for cache_dtype in spec.CACHE_DTYPES:
+        for kv_heads in spec.CACHE_KV_HEADS:
+            ratios = [peer_speedup(run, peer, kernel, cache_dtype, kv_heads) for peer in spec.PEERS]
+            ratios = [r for r in ratios if not missing(r)]
+            if ratios:
+                worst.append(min(ratios, key=float))
+    return min(worst, key=float, default=math.nan)
+
+
+def cache_error(run, cache_dtype, error):
+    return run.value(spec.CACHE_ERROR, cache_dtype=cache_dtype, error=error)
+
+
+def cache(run):
+    bandwidth = run.value(spec.READ_BANDWIDTH)
+    speeds = Table("cache_formats", (
+        Column("kernel", "kernel"), Column("cache_dtype", "format"), Column("kv_heads", "K/V heads"),
+        Column("bytes_per_token", "bytes read per token", format_bytes),
+        Column("seconds", "time per token", fmt_seconds),
+        Column("gbytes_per_second", "read, GB/s", lambda v: f"{v:.1f}"),
+        Column("fraction_of_read_bandwidth", "of the read bandwidth", fmt_percent),
+        Column("over_float32_8_heads", "speed over float32, 8 K/V heads (side by side)", fmt_ratio)),
+        [[kernel, cache_dtype, kv_heads, token_bytes(cache_dtype, kv_heads),
+          run.value(spec.CACHE_TOKEN_TIME, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads),
+          run.value(spec.CACHE_READ_RATE, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads),
+          read_fraction(run, kernel, cache_dtype, kv_heads), cache_speedup(run, kernel, cache_dtype, kv_heads)]
+         for kernel, cache_dtype, kv_heads in cells(run)])
+    peers = [p for p in spec.PEERS if run.select(spec.CACHE_PEER_SPEEDUP, peer=p)]
+    peer_kernels = run.kernels(spec.CACHE_PEER_SPEEDUP)
+    peer_table = Table("cache_peers", (
+        Column("cache_dtype", "format"), Column("kv_heads", "K/V heads"),
+        *(Column(f"{kernel}_over_{peer}", f"{kernel} over {peer}", fmt_ratio)
+          for kernel in peer_kernels for peer in peers)),
+        [[cache_dtype, kv_heads, *(peer_speedup(run, peer, kernel, cache_dtype, kv_heads)
+                                   for kernel in peer_kernels for peer in peers)]
+         for cache_dtype in spec.CACHE_DTYPES for kv_heads in spec.CACHE_KV_HEADS
+         if any(not missing(peer_speedup(run, p, k, cache_dtype, kv_heads)) for p in peers for k in peer_kernels)])
+    generate = Table("cache_generate", (
+        Column("kernel", "kernel"), Column("cache_dtype", "format"), Column("kv_heads", "K/V heads"),
+        Column("seconds", f"seconds for {spec.CACHE_GENERATED:,} tokens", lambda v: f"{v:.2f}")),
+        [[kernel, cache_dtype, kv_heads, value] for kernel in run.kernels(spec.CACHE_GENERATE)
+         for cache_dtype in spec.CACHE_DTYPES for kv_heads in spec.CACHE_KV_HEADS
+         for value in [run.value(spec.CACHE_GENERATE, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads)]
+         if not missing(value)])
+    fidelity = Table("cache_fidelity", (
+        Column("cache_dtype", "format"), Column("bytes_per_element", "bytes per element (+ scales)"),
+        Column("step", f"one step, n = {spec.CACHE_SEQ_LEN:,}", lambda v: f"{v:.2e}"),
+        Column("decode", f"largest over {spec.CACHE_FIDELITY_STEPS:,} steps", lambda v: f"{v:.2e}")),
+        [[name, f"{FORMATS[name].bits // 8}" + (" + 4 per row" if FORMATS[name].scaled else ""),
+          cache_error(run, name, "step"), cache_error(run, name, "decode")]
+         for name in spec.CACHE_DTYPES if not missing(cache_error(run, name, "step"))])
+    granularity = Table("key_granularity", (
+        Column("keys", "keys"), Column("per_token", "int8 keys per token", lambda v: f"{v:.2e}"),
+        Column("per_channel", "per channel (KIVI, groups of 128 tokens)", lambda v: f"{v:.2e}")),
+        [[keys, run.value(spec.KEY_GRANULARITY, keys=keys, granularity="per token"),
+          run.value(spec.KEY_GRANULARITY, keys=keys, granularity="per channel")]
+         for keys in ("even", "outliers") if run.select(spec.KEY_GRANULARITY, keys=keys)])
+
+    def draw(path):
+        plot_time_against_bytes(run, bandwidth, path)
+
+    return Section("The cache in fewer bytes", [
+        "Decoding one token reads the whole KV cache once, so a step's time is the cache's bytes over "
+        "the memory bandwidth: the only way down is fewer bytes per cached token. Two ways, both in "
+        "every current engine: fewer K/V heads than query heads (grouped-query attention: each K/V "
+        "head serves a group of query heads and is read once for all of them), and narrower formats "
+        "(`KVCache(..., kv_heads=, cache_dtype=)`: float16 and bfloat16, 2 bytes per element; int8 "
+        "codes with one float32 scale per token and head, 1 byte plus 4 per row). numba_tiled and "
+        "c_tiled read every format in place, widening a block of rows at a time inside their inner "
+        "loops; numpy widens the whole cache first, and its times show it.",
+        f"Time per token against the bytes it reads ({SHAPE}): every kernel, format and grouping "
+        "on one line, whose slope is the bandwidth; the dashed line is the streaming-read bandwidth "
+        f"measured in the same run ({text(bandwidth, lambda v: f'{v:.1f} GB/s')}). Peers are placed "
+        "at our c_tiled time times their side-by-side ratio.",
+        Plot("cache_time_vs_bytes.png", "Time per token against the bytes it reads", draw),
+        speeds,
+        "Beside the peers that take the same cache (`Kernel.cache_refusal` says why the others do "
+        "not): their time ÷ ours, side by side in one process.",
+        peer_table,
+        f"Generating {spec.CACHE_GENERATED:,} tokens after a {spec.CACHE_PROMPT:,}-token prompt, "
+        "each step appending one token (the cache growing in place, read as a strided view) and "
+        "attending its query (CacheGenerate; median of ten blocks of a tenth of the steps, ×10):",
+        generate,
+        "What each format costs: the norm-wise relative error ‖o − o*‖/‖o*‖ of the output against "
+        "float64 attention over the float32 values (largest over the 8 heads; 2 K/V heads; "
+        "synthetic keys and values, queries ×3 so that each head retrieves a few tokens), one step "
+        "and the largest over a decode in which every step appends one token. The error follows "
+        "the format's step (float16 2⁻¹¹, bfloat16 2⁻⁸, int8 max|x|/254) and does not grow with "
+        "the steps: a stored entry never changes.",
+        fidelity,
+        "Why int8 keys are quantised per token here although KIVI quantises them per channel: "
+        "per channel is more accurate where a few channels are much wider than the rest (as in "
+        "large language models' keys), but a channel's scale spans many tokens, so an appended "
+        "token waits in float32 (KIVI keeps up to 128 so) or is stuck with a range set before it; "
+        "per token, its scale is set when it is appended and the kernel applies it once per key. "
+        "Float64 attention over the dequantised values, one step:",
+        granularity,
+    ])
+
+
+def plot_time_against_bytes(run, bandwidth, path):
+    """cache_time_vs_bytes.png: seconds per token against bytes read per token, log-log;
+    one marker per (format, K/V heads), one line per kernel, peers as open markers."""
+    fig, ax = pyplot().subplots(figsize=(9, 6))
+    fig.suptitle(f"Decode: time per token vs bytes read per token ({SHAPE})", fontsize=10)
+    styles = plots.kernel_styles(run)
+    markers = {"float32": "o", "float16": "s", "bfloat16": "D", "int8": "^"}
+    every = cells(run)
+    drawn = []
+    for kernel in dict.fromkeys(k for k, _, _ in every):
+        points = sorted((token_bytes(c, h), float(run.value(spec.CACHE_TOKEN_TIME, kernel=kernel, cache_dtype=c,
+                                                             kv_heads=h)), c) for k, c, h in every if k == kernel)
+        ax.plot([b for b, _, _ in points], [s for _, s, _ in points], label=plots.kernel_label(kernel),
+                color=styles[kernel]["color"], linewidth=1)
+        for b, s, c in points:
+            ax.plot(b, s, marker=markers[c], color=styles[kernel]["color"], linestyle="none")
+        drawn += points
+    reference = "c_tiled"
+    for peer in spec.PEERS:
+        points = []
+        for cache_dtype in spec.CACHE_DTYPES:
+            for kv_heads in spec.CACHE_KV_HEADS:
+                over = peer_speedup(run, peer, reference, cache_dtype, kv_heads)
+                ours = run.value(spec.CACHE_TOKEN_TIME, kernel=reference, cache_dtype=cache_dtype, kv_heads=kv_heads)
+                if not missing(over) and not missing(ours):
+                    points.append((token_bytes(cache_dtype, kv_heads), float(over) * float(ours), cache_dtype))
+        if points:
+            color = styles.get(peer, {}).get("color", "grey")
+            points.sort()
+            ax.plot([b for b, _, _ in points], [s for _, s, _ in points], color=color, linewidth=1,
+                    linestyle="--", label=f"{peer} (from the side-by-side ratio)")
+            for b, s, c in points:
+                ax.plot(b, s, marker=markers[c], markerfacecolor="none", color=color, linestyle="none")
+            drawn += points
+    if not drawn:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no data in these results", transform=ax.transAxes, ha="center")
+    else:
+        xs = [b for b, _, _ in drawn]
+        if not missing(bandwidth):
+            span = [min(xs) / 1.5, max(xs) * 1.5]
+            ax.plot(span, [b / (float(bandwidth) * 1e9) for b in span], color="black", linestyle=":",
+                    label=f"streaming read, {float(bandwidth):.1f} GB/s")
+        for name, marker in markers.items():
+            ax.plot([], [], marker=marker, color="grey", linestyle="none", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("bytes read per token (log scale): cached keys and values, scales included")
+        ax.set_ylabel("seconds per token (log scale)")
+        ax.grid(True, alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    save_png(fig, path, caption=plots.machine_caption(run))

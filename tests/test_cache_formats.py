@@ -1,0 +1,148 @@
+"""KV caches in fewer bytes: grouped K/V heads and the float16, bfloat16 and int8 formats,
+each decode step held against float64 recomputation over the values the cache stores,
+on every kernel that takes the format (and a clear refusal from every one that does not)."""
+import re
+
+import numpy as np
+import pytest
+
+import kernels
+from kernels.cache_formats import FORMATS, INT8_LEVELS, cache_format, quantise_int8
+from kernels.harness import Case, compare, error_budget
+from kernels.reference import reference_attention
+
+CACHE_FORMATS = ("float32", "float16", "bfloat16", "int8")
+HEADS, HEAD_DIM, HEAD_DIM_V = 4, 16, 24
+CAUSAL = Case("cache", (HEADS,), 1, 1, HEAD_DIM, HEAD_DIM_V, causal=True)  # error_budget reads .causal
+
+
+def tokens(n, kv_heads, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((HEADS, n, HEAD_DIM), dtype=np.float32),
+            rng.standard_normal((kv_heads, n, HEAD_DIM), dtype=np.float32),
+            rng.standard_normal((kv_heads, n, HEAD_DIM_V), dtype=np.float32))
+
+
+def held_to(cache, q):
+    """(inputs, dtype) a kernel attending ``cache`` is held to: the queries as the cache
+    passes them on (rounded to a 16-bit format), the keys and values as stored, the type
+    whose budget applies (the 16-bit type's: its kernels may round P in it)."""
+    fmt = cache.format
+    if fmt.scaled or fmt.name == "float32":
+        keys, values = cache.dequantised()
+        return (q, keys, values), np.float32
+    return (q.astype(fmt.dtype), cache.keys, cache.values), fmt.dtype
+
+
+def check_step(cache, q, out, kernel_name, label):
+    inputs, dtype = held_to(cache, q)
+    ref = reference_attention(*inputs, causal=True)
+    comparison = compare(out, ref, inputs[2], error_budget(CAUSAL, dtype, inputs, ref))
+    assert comparison.ok, f"{kernel_name} {cache.format.name} {label}: {comparison}"
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+@pytest.mark.parametrize("cache_dtype", CACHE_FORMATS)
+def test_every_decode_step_is_float64_attention_over_the_stored_values(kernel_name, cache_dtype, kv_heads):
+    """A prompt of 5 tokens, 25 generated one at a time (the buffers grow from 4 tokens, so
+    the kernels read strided views), then a chunk of 7 queries (the query-tile path)."""
+    record = kernels.KERNELS[kernel_name]
+    q, k, v = tokens(37, kv_heads)
+    cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, kv_heads=kv_heads, cache_dtype=cache_dtype,
+                            capacity=4)
+    cache.append(k[:, :5], v[:, :5])
+    refusal = record.cache_refusal(cache_dtype)
+    if refusal:
+        with pytest.raises(ValueError, match=re.escape(refusal)):
+            cache.attend(q[:, :1], kernel=kernel_name)
+        return
+    if not record.fits(HEADS, 7, 37):
+        pytest.skip(f"above {kernel_name}'s cap")
+    check_step(cache, q[:, :5], cache.attend(q[:, :5], kernel=kernel_name), kernel_name, "prompt")
+    for t in range(5, 30):
+        cache.append(k[:, t:t + 1], v[:, t:t + 1])
+        out = cache.attend(q[:, t:t + 1], kernel=kernel_name)
+        assert out.shape == (HEADS, 1, HEAD_DIM_V) and out.dtype == np.float32
+        check_step(cache, q[:, t:t + 1], out, kernel_name, f"step {t}")
+    cache.append(k[:, 30:], v[:, 30:])
+    check_step(cache, q[:, 30:], cache.attend(q[:, 30:], kernel=kernel_name), kernel_name, "chunk of 7")
+
+
+@pytest.mark.parametrize("cache_dtype", ["float16", "bfloat16", "int8"])
+def test_a_nan_key_reaches_exactly_the_queries_that_see_it(own_kernel_name, cache_dtype):
+    q, k, v = tokens(12, 2)
+    k[1, 6, 3] = np.nan
+    cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, kv_heads=2, cache_dtype=cache_dtype)
+    cache.append(k, v)
+    out = cache.attend(q[:, -8:], kernel=own_kernel_name)   # query i sees keys j <= i + 4
+    sees = np.arange(8) + 4 >= 6
+    assert np.isnan(out[2:, sees]).all()           # heads 2, 3 read K/V head 1
+    assert np.isfinite(out[2:, ~sees]).all() and np.isfinite(out[:2]).all()
+
+
+@pytest.mark.parametrize("cache_dtype", CACHE_FORMATS)
+def test_the_cache_stores_each_format_in_its_bytes(cache_dtype):
+    _, k, v = tokens(10, 2)
+    cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, kv_heads=2, cache_dtype=cache_dtype)
+    cache.append(k, v)
+    fmt = cache_format(cache_dtype)
+    assert cache.keys.dtype == fmt.dtype and cache.keys.shape == (2, 10, HEAD_DIM)
+    per_row = fmt.bits // 8
+    scales = 4 if fmt.scaled else 0
+    assert cache.nbytes == 10 * 2 * (HEAD_DIM * per_row + scales + HEAD_DIM_V * per_row + scales)
+    keys, values = cache.dequantised()
+    assert keys.dtype == values.dtype == np.float32
+    # each element within what its format promises: half an int8 step, or a 16-bit rounding
+    for stored, given in ((keys, k), (values, v)):
+        if fmt.scaled:
+            bound = np.abs(given).max(axis=-1, keepdims=True) / (2 * INT8_LEVELS)
+        else:
+            bound = np.abs(given) * float(np.finfo(fmt.dtype).eps) / 2 if fmt.bits < 32 else 0
+        assert (np.abs(stored - given) <= bound * (1 + 1e-6)).all()
+
+
+def test_int8_codes_are_symmetric_and_zero_and_nonfinite_rows_are_kept_apart():
+    x = np.array([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [np.inf, 1.0, 2.0], [3.0, np.nan, 1.0]], np.float32)
+    codes, scales = quantise_int8(x)
+    np.testing.assert_array_equal(codes[0], [64, -127, 32])   # 2 / 127 per step: 1 -> 63.5 -> 64 (to even)
+    assert scales[0] == np.float32(2.0 / 127) and scales[1] == 0 and (codes[1] == 0).all()
+    assert np.isnan(scales[2:]).all() and (codes[2:] == 0).all()
+    minus_codes, minus_scales = quantise_int8(-x[:1])
+    np.testing.assert_array_equal(minus_codes, -codes[:1])
+    assert minus_scales[0] == scales[0]
+    per_channel_codes, per_channel_scales = quantise_int8(x[:2], axis=-2)
+    assert per_channel_scales.shape == (3,) and per_channel_codes.shape == (2, 3)
+
+
+@pytest.mark.parametrize("cache_dtype", ["float16", "int8"])
+def test_a_failed_append_leaves_a_narrow_cache_as_it_was(cache_dtype):
+    _, k, v = tokens(3, 2)
+    cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, kv_heads=2, cache_dtype=cache_dtype, capacity=3)
+    cache.append(k, v)
+    before = [None if a is None else a.copy() for a in (cache.keys, cache.values, cache.key_scales)]
+    with pytest.raises(ValueError, match=r"v must have shape \(kv_heads, t, head_dim_v\) = \(2, t, 24\)"):
+        cache.append(k, k)   # would need to grow: nothing is allocated or changed
+    with pytest.raises(TypeError, match="k has dtype float64; this cache takes float32"):
+        cache.append(k.astype(np.float64), v)
+    assert len(cache) == 3 and cache.capacity == 3
+    for now, was in zip((cache.keys, cache.values, cache.key_scales), before):
+        np.testing.assert_array_equal(now, was)
+
+
+@pytest.mark.parametrize("args, error, match", [
+    (dict(heads=8, head_dim=8, kv_heads=3), ValueError, "kv_heads = 3 must divide heads = 8"),
+    (dict(heads=8, head_dim=8, kv_heads=0), ValueError, "kv_heads must be a positive integer"),
+    (dict(heads=2, head_dim=8, cache_dtype="int4"), ValueError, "unknown KV cache format 'int4'; known: float64"),
+    (dict(heads=2, head_dim=8, dtype=np.float64, cache_dtype="int8"), ValueError,
+     "a float64 cache is stored as float64 only"),
+])
+def test_bad_grouping_or_format_is_a_clear_error(args, error, match):
+    with pytest.raises(error, match=match):
+        kernels.KVCache(**args)
+
+
+def test_repr_and_sizes_name_the_grouping_and_format():
+    cache = kernels.KVCache(8, 64, kv_heads=2, cache_dtype="int8", capacity=16)
+    assert repr(cache) == ("KVCache(heads=8, kv_heads=2, head_dim=64, dtype=float32, cache_dtype=int8, "
+                           "tokens=0, capacity=16)")
+    assert set(FORMATS) == {"float64", "float32", "float16", "bfloat16", "int8"}
