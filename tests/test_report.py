@@ -24,7 +24,7 @@ NEWEST_COMMIT = "c0ffee1234567890abcdef1234567890abcdef12"
 OLDER_COMMIT = "01dc0de0000000000000000000000000deadbeef"
 HEADLINE_FLOPS = 4 * 4096 * 4096 * 64 * 8  # one full call: 8 heads, n = 4096, d = 64
 PLOTS = ("time_vs_n.png", "memory_vs_n.png", "throughput_vs_n.png", "model_attention_share.png",
-         "decode_vs_n.png", "peers_gflops_vs_n.png", "roofline.png")
+         "decode_vs_n.png", "peers_gflops_vs_n.png", "roofline.png", "cache_time_vs_bytes.png")
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,8 @@ def test_writes_the_report_plots_and_csvs(report_dir, report, assert_png):
     for plot in PLOTS:
         assert_png(report_dir / plot)
         assert f"]({plot})" in report  # linked relative to REPORT.md
-    for name in ("seq_len", "multihead", "fits", "headline", "goals"):
+    for name in ("seq_len", "multihead", "fits", "headline", "goals", "cache_formats", "cache_peers",
+                 "cache_generate", "cache_fidelity", "key_granularity"):
         assert (report_dir / f"{name}.csv").stat().st_size > 0
 
 
@@ -340,6 +341,166 @@ def test_decode_slopes_bandwidth_memory_and_tiny_calls(report, report_dir):
 def test_decode_goals(report, goal, measured, met):
     cells = row(section(report, "Goals"), goal)
     assert (cells[1], cells[4]) == (measured, met)
+
+
+# The cache in fewer bytes: one query, 8 query heads, d = 64, a cache of 65,536 tokens.  A
+# token reads 65,536 · K/V heads · 2 · (64 · bytes per element + 4 for int8's scale) bytes
+# at the fixture's rate per kernel and format (GB/s; README: float32 numpy 10, numba_tiled 14,
+# c_tiled 20; numpy ½ in the narrow formats, numba_tiled 0.9 in float16 and ½ in int8,
+# c_tiled 0.95 in int8); the time is bytes ÷ rate; the speed-up the float32, 8-heads time
+# over this one's, quartiles ×0.95 and ×1.05.
+CACHE_RATES = {"numpy": dict(float32=10, float16=5, bfloat16=5, int8=5),
+               "numba_tiled": dict(float32=14, float16=12.6, bfloat16=14, int8=7),
+               "c_tiled": dict(float32=20, float16=20, bfloat16=20, int8=19)}
+
+
+def cache_bytes(cache_dtype, kv_heads):
+    row_bytes = {"float32": 64 * 4, "float16": 64 * 2, "bfloat16": 64 * 2, "int8": 64 + 4}[cache_dtype]
+    return 65536 * kv_heads * 2 * row_bytes
+
+
+def cache_seconds(kernel, cache_dtype, kv_heads):
+    return cache_bytes(cache_dtype, kv_heads) / (CACHE_RATES[kernel][cache_dtype] * 1e9)
+
+
+def cache_part(report, start, end):
+    """The text of the cache section from the paragraph starting ``start`` to ``end``'s."""
+    text = section(report, "The cache in fewer bytes")
+    return text[text.index(start):text.index(end)]
+
+
+def test_cache_bytes_follow_the_formats():
+    from kernels.report import cache
+
+    assert cache_bytes("float32", 8) == 256 * 2 ** 20 == cache.token_bytes("float32", 8)
+    assert cache.token_bytes("int8", 2) == 17 * 2 ** 20 == 65536 * 2 * 2 * 68
+    assert cache.token_bytes("bfloat16", 8) == cache.token_bytes("float16", 8) == 128 * 2 ** 20
+
+
+def test_cache_formats_table(report):
+    text = cache_part(report, "Time per token against the bytes", "Beside the peers")
+    header = "| kernel | format | K/V heads | bytes read per token | time per token | read, GB/s |"
+    assert header in text and "cache_time_vs_bytes.png" in text
+    assert "the streaming-read bandwidth measured in the same run (25.0 GB/s)" in text
+    # 256 MiB at 20 GB/s = 13.4 ms, 80% of 25 GB/s; the baseline over itself
+    assert row(text, "c_tiled", "float32", "8")[3:] == ["256.0 MiB", "13.4 ms", "20.0", "80%", "1.00× ±5%"]
+    # a quarter of the heads: a quarter of the bytes and of the time
+    assert row(text, "c_tiled", "float32", "2")[3:] == ["64.0 MiB", "3.36 ms", "20.0", "80%", "4.00× ±5%"]
+    # 65,536 · 2 · 2 · 68 = 17 MiB at 19 GB/s = 938 µs; (256 / 17) · (19 / 20) = 14.31
+    assert cache_seconds("c_tiled", "int8", 2) == pytest.approx(938.2e-6, rel=1e-4)
+    assert row(text, "c_tiled", "int8", "2")[3:] == ["17.0 MiB", "938 µs", "19.0", "76%", "14.31× ±5%"]
+    # half the bytes at 0.9 the rate: 1.8 times the speed; 12.6 / 25 = 50.4%
+    assert row(text, "numba_tiled", "float16", "8")[3:] == ["128.0 MiB", "10.7 ms", "12.6", "50%", "1.80× ±5%"]
+    assert row(text, "numba_tiled", "int8", "8")[3:] == ["68.0 MiB", "10.2 ms", "7.0", "28%", "1.88× ±5%"]
+    # numpy widens first: half the bytes at half the rate, no faster
+    assert row(text, "numpy", "bfloat16", "8")[3:] == ["128.0 MiB", "26.8 ms", "5.0", "20%", "1.00× ±5%"]
+    assert row(text, "numpy", "int8", "2")[3:] == ["17.0 MiB", "3.57 ms", "5.0", "20%", "7.53× ±5%"]
+
+
+def test_cache_formats_csv(report_dir):
+    rows = csv_rows(report_dir, "cache_formats")
+    assert len(rows) == 3 * 4 * 2  # kernels × formats × groupings
+    for kernel, rates in CACHE_RATES.items():
+        for cache_dtype, rate in rates.items():
+            for kv_heads in (8, 2):
+                cells = csv_row(rows, kernel=kernel, cache_dtype=cache_dtype, kv_heads=str(kv_heads))
+                speedup = cache_seconds(kernel, "float32", 8) / cache_seconds(kernel, cache_dtype, kv_heads)
+                assert int(cells["bytes_per_token"]) == cache_bytes(cache_dtype, kv_heads)
+                assert float(cells["seconds"]) == pytest.approx(cache_seconds(kernel, cache_dtype, kv_heads))
+                assert float(cells["gbytes_per_second"]) == rate
+                assert float(cells["fraction_of_read_bandwidth"]) == pytest.approx(rate / 25)
+                assert [float(cells[f"over_float32_8_heads{q}"]) for q in ("", "_q25", "_q75")] == \
+                    pytest.approx([speedup, 0.95 * speedup, 1.05 * speedup])
+
+
+def test_cache_peers_table(report, report_dir):
+    """torch_sdpa alone takes these caches, in float32, float16 and bfloat16, reading at 16,
+    4 and 12 GB/s: a rung's ratio over it is the rung's rate ÷ torch_sdpa's."""
+    text = cache_part(report, "Beside the peers", "Generating")
+    assert "| format | K/V heads | numba_tiled over torch_sdpa | c_tiled over torch_sdpa |" in text
+    assert row(text, "float32", "8") == ["float32", "8", "0.88×", "1.25×"]   # 14 / 16, 20 / 16
+    assert row(text, "float16", "2") == ["float16", "2", "3.15×", "5.00×"]   # 12.6 / 4, 20 / 4
+    assert row(text, "bfloat16", "8") == ["bfloat16", "8", "1.17×", "1.67×"]  # 14 / 12, 20 / 12
+    assert "| int8 |" not in text   # no peer takes an int8 cache
+    # the peers of no figure get no column of n/a, but a line
+    assert "n/a" not in text and "onnxruntime_attention" not in text.split("\n\n")[1]
+    assert "No figure for onnxruntime_attention, openvino_sdpa, jax_attention on any of these caches" in text
+    rows = csv_rows(report_dir, "cache_peers")
+    assert len(rows) == 3 * 2  # formats torch_sdpa takes × groupings
+    assert float(csv_row(rows, cache_dtype="bfloat16", kv_heads="2")["c_tiled_over_torch_sdpa"]) == \
+        pytest.approx(20 / 12)
+
+
+def test_cache_generate_fidelity_and_key_granularity(report, report_dir):
+    """CacheGenerate: 1,000 tokens at half the 65,536-token step's time; CacheFidelity: one
+    step float32 1e-7, float16 1e-3, bfloat16 1e-2, int8 3e-2, the decode's largest 1.2 ×."""
+    generate = cache_part(report, "Generating", "What each format costs")
+    assert "Generating 1,000 tokens after a 32,768-token prompt" in generate
+    assert row(generate, "c_tiled", "float32", "8")[3] == "6.71"        # 1,000 × 13.4 ms ÷ 2
+    assert row(generate, "c_tiled", "int8", "2")[3] == "0.47"           # 1,000 × 938 µs ÷ 2
+    assert row(generate, "numba_tiled", "float16", "8")[3] == "5.33"    # 1,000 × 10.65 ms ÷ 2
+    assert "| numpy |" not in generate   # the tiled rungs only
+    rows = csv_rows(report_dir, "cache_generate")
+    assert len(rows) == 2 * 4 * 2
+    for kernel in ("numba_tiled", "c_tiled"):
+        for cache_dtype in ("float32", "float16", "bfloat16", "int8"):
+            for kv_heads in (8, 2):
+                seconds = csv_row(rows, kernel=kernel, cache_dtype=cache_dtype, kv_heads=str(kv_heads))["seconds"]
+                assert float(seconds) == pytest.approx(1000 * cache_seconds(kernel, cache_dtype, kv_heads) / 2)
+    fidelity = cache_part(report, "What each format costs", "Why int8 keys")
+    assert row(fidelity, "float32") == ["float32", "4", "1.00e-07", "1.20e-07"]
+    assert row(fidelity, "bfloat16") == ["bfloat16", "2", "1.00e-02", "1.20e-02"]
+    assert row(fidelity, "int8") == ["int8", "1 + 4 per row", "3.00e-02", "3.60e-02"]
+    assert [(r["cache_dtype"], float(r["step"]), float(r["decode"])) for r in csv_rows(report_dir, "cache_fidelity")] \
+        == [("float32", 1e-7, 1.2e-7), ("float16", 1e-3, 1.2e-3), ("bfloat16", 1e-2, 1.2e-2), ("int8", 3e-2, 3.6e-2)]
+    granularity = section(report, "The cache in fewer bytes").split("Why int8 keys")[1]
+    assert row(granularity, "even") == ["even", "3.70e-02", "2.20e-02"]
+    assert row(granularity, "outliers") == ["outliers", "1.00e-01", "3.80e-02"]
+    assert [(r["keys"], float(r["per_token"]), float(r["per_channel"]))
+            for r in csv_rows(report_dir, "key_granularity")] == [("even", 0.037, 0.022), ("outliers", 0.1, 0.038)]
+
+
+def test_the_cache_section_follows_decoding(report):
+    headings = [line for line in report.splitlines() if line.startswith("## ")]
+    at = headings.index("## The cache in fewer bytes")
+    assert headings[at - 1].startswith("## Decoding") and headings[at + 1] == "## Startup"
+
+
+CACHE_GOAL = ("{} decode speed on {} cache of {} K/V heads over the float32 cache of 8 K/V heads, one query, "
+              "8 query heads, n = 65,536, all threads, timed side by side")
+
+
+@pytest.mark.parametrize("goal, measured, interval, met", [
+    # numba_tiled: float16 at 0.9 the rate, 2 × 0.9 = 1.8 ±5% holds the target 1.8
+    (CACHE_GOAL.format("numba_tiled", "a float16", 8), "1.8 ±5%", "1.71–1.89", "within noise"),
+    (CACHE_GOAL.format("numba_tiled", "a bfloat16", 8), "2 ±5%", "1.9–2.1", "met"),
+    (CACHE_GOAL.format("numba_tiled", "an int8", 8), "1.88 ±5%", "1.79–1.98", "not met"),   # (256 / 68) × ½ < 3
+    (CACHE_GOAL.format("numba_tiled", "a float32", 2), "4 ±5%", "3.8–4.2", "met"),
+    (CACHE_GOAL.format("numba_tiled", "an int8", 2), "7.53 ±5%", "7.15–7.91", "not met"),
+    (CACHE_GOAL.format("c_tiled", "a float16", 8), "2 ±5%", "1.9–2.1", "met"),
+    (CACHE_GOAL.format("c_tiled", "an int8", 8), "3.58 ±5%", "3.4–3.76", "met"),           # (256 / 68) × 0.95
+    (CACHE_GOAL.format("c_tiled", "an int8", 2), "14.3 ±5%", "13.6–15", "met"),
+    ("numba_tiled decode: the smallest cache read rate ÷ streaming-read bandwidth over every format and "
+     "grouping, n = 65,536", "0.28", "one sample", "not met"),   # int8's 7 of 25 GB/s
+    ("c_tiled decode: the smallest cache read rate ÷ streaming-read bandwidth over every format and "
+     "grouping, n = 65,536", "0.76", "one sample", "met"),       # int8's 19 of 25 GB/s
+    ("c_tiled decode speed over the fastest peer taking the same cache (the smallest ratio over formats and "
+     "groupings), n = 65,536, all threads, timed side by side", "1.25", "one sample", "met"),    # float32: 20 / 16
+    ("numba_tiled decode speed over the fastest peer taking the same cache (the smallest ratio over formats and "
+     "groupings), n = 65,536, all threads, timed side by side", "0.875", "one sample", "met"),  # 14 / 16 ≥ 0.7
+    ("int8 cache: the largest norm-wise relative error of a decode step against float64, over 1,000 steps",
+     "0.036", "one sample", "not met"),
+])
+def test_cache_goals(report, goal, measured, interval, met):
+    cells = row(section(report, "Goals"), goal)
+    assert (cells[1], cells[2], cells[4]) == (measured, interval, met)
+
+
+def test_cache_goals_in_the_goals_csv(report_dir):
+    rows = csv_rows(report_dir, "goals")
+    cell = csv_row(rows, goal=CACHE_GOAL.format("c_tiled", "an int8", 2))
+    assert float(cell["measured"]) == pytest.approx((256 / 17) * 0.95)
+    assert cell["verdict"] == "met"
 
 
 def test_in_context_tables(report, report_dir):

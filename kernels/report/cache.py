@@ -86,8 +86,13 @@ def cache(run):
           run.value(spec.CACHE_READ_RATE, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads),
           read_fraction(run, kernel, cache_dtype, kv_heads), cache_speedup(run, kernel, cache_dtype, kv_heads)]
          for kernel, cache_dtype, kv_heads in cells(run)])
-    peers = [p for p in spec.PEERS if run.select(spec.CACHE_PEER_SPEEDUP, peer=p)]
     peer_kernels = run.kernels(spec.CACHE_PEER_SPEEDUP)
+    # a peer none of whose cells was measured (not installed, or taking none of the formats) gets
+    # no column of n/a: it is named under the table
+    peers = [p for p in spec.PEERS
+             if any(not missing(peer_speedup(run, p, k, c, h)) for k in peer_kernels
+                    for c in spec.CACHE_DTYPES for h in spec.CACHE_KV_HEADS)]
+    unmeasured = [p for p in spec.PEERS if p not in peers]
     peer_table = Table("cache_peers", (
         Column("cache_dtype", "format"), Column("kv_heads", "K/V heads"),
         *(Column(f"{kernel}_over_{peer}", f"{kernel} over {peer}", fmt_ratio)
@@ -129,15 +134,19 @@ def cache(run):
         "codes with one float32 scale per token and head, 1 byte plus 4 per row). numba_tiled and "
         "c_tiled read every format in place, widening a block of rows at a time inside their inner "
         "loops; numpy widens the whole cache first, and its times show it.",
-        f"Time per token against the bytes it reads ({SHAPE}): every kernel, format and grouping "
-        "on one line, whose slope is the bandwidth; the dashed line is the streaming-read bandwidth "
-        f"measured in the same run ({text(bandwidth, lambda v: f'{v:.1f} GB/s')}). Peers are placed "
-        "at our c_tiled time times their side-by-side ratio.",
+        f"Time per token against the bytes it reads ({SHAPE}): time = bytes ÷ read rate, so on these "
+        "log-log axes every point at one read rate lies on one line of slope 1, the faster the lower; "
+        "the dotted line is the streaming-read bandwidth measured in the same run "
+        f"({text(bandwidth, lambda v: f'{v:.1f} GB/s')}). A kernel's two groupings of one format are "
+        "joined: at one read rate the segment is parallel to the dotted line. "
+        "Peers (open markers, dashed) are placed at our c_tiled time times their side-by-side ratio.",
         Plot("cache_time_vs_bytes.png", "Time per token against the bytes it reads", draw),
         speeds,
         "Beside the peers that take the same cache (`Kernel.cache_refusal` says why the others do "
         "not): their time ÷ ours, side by side in one process.",
         peer_table,
+        *([f"No figure for {', '.join(unmeasured)} on any of these caches (not installed, or skipped: asv's "
+           "log says why)."] if unmeasured else []),
         f"Generating {spec.CACHE_GENERATED:,} tokens after a {spec.CACHE_PROMPT:,}-token prompt, "
         "each step appending one token (the cache growing in place, read as a strided view) and "
         "attending its query (CacheGenerate; median of ten blocks of a tenth of the steps, ×10):",
@@ -161,51 +170,65 @@ def cache(run):
 
 def plot_time_against_bytes(run, bandwidth, path):
     """cache_time_vs_bytes.png: seconds per token against bytes read per token, log-log;
-    one marker per (format, K/V heads), one line per kernel, peers as open markers."""
+    one marker per (kernel, format, K/V heads), coloured by kernel, shaped by format; a
+    kernel's two groupings of one format joined (the same read rate lies on a line of
+    slope 1, parallel to the bandwidth's); peers as open markers on dashed segments."""
     fig, ax = pyplot().subplots(figsize=(9, 6))
     fig.suptitle(f"Decode: time per token vs bytes read per token ({SHAPE})", fontsize=10)
     styles = plots.kernel_styles(run)
     markers = {"float32": "o", "float16": "s", "bfloat16": "D", "int8": "^"}
-    every = cells(run)
     drawn = []
+
+    def draw(times, color, label, linestyle, facecolor):
+        """times: {(cache_dtype, kv_heads): seconds} of one kernel or peer."""
+        for cache_dtype, marker in markers.items():
+            points = sorted((token_bytes(cache_dtype, h), s) for (c, h), s in times.items() if c == cache_dtype)
+            if not points:
+                continue
+            ax.plot([b for b, _ in points], [s for _, s in points], color=color, linewidth=1, linestyle=linestyle,
+                    marker=marker, markerfacecolor=facecolor)
+            drawn.extend(points)
+        if times:
+            ax.plot([], [], color=color, linewidth=1, linestyle=linestyle, label=label)  # its legend entry
+
+    every = cells(run)
     for kernel in dict.fromkeys(k for k, _, _ in every):
-        points = sorted((token_bytes(c, h), float(run.value(spec.CACHE_TOKEN_TIME, kernel=kernel, cache_dtype=c,
-                                                             kv_heads=h)), c) for k, c, h in every if k == kernel)
-        ax.plot([b for b, _, _ in points], [s for _, s, _ in points], label=plots.kernel_label(kernel),
-                color=styles[kernel]["color"], linewidth=1)
-        for b, s, c in points:
-            ax.plot(b, s, marker=markers[c], color=styles[kernel]["color"], linestyle="none")
-        drawn += points
+        times = {(c, h): float(run.value(spec.CACHE_TOKEN_TIME, kernel=kernel, cache_dtype=c, kv_heads=h))
+                 for k, c, h in every if k == kernel}
+        color = styles[kernel]["color"]
+        draw(times, color, plots.kernel_label(kernel), "-", color)
     reference = "c_tiled"
     for peer in spec.PEERS:
-        points = []
+        times = {}
         for cache_dtype in spec.CACHE_DTYPES:
             for kv_heads in spec.CACHE_KV_HEADS:
                 over = peer_speedup(run, peer, reference, cache_dtype, kv_heads)
                 ours = run.value(spec.CACHE_TOKEN_TIME, kernel=reference, cache_dtype=cache_dtype, kv_heads=kv_heads)
                 if not missing(over) and not missing(ours):
-                    points.append((token_bytes(cache_dtype, kv_heads), float(over) * float(ours), cache_dtype))
-        if points:
-            color = styles.get(peer, {}).get("color", "grey")
-            points.sort()
-            ax.plot([b for b, _, _ in points], [s for _, s, _ in points], color=color, linewidth=1,
-                    linestyle="--", label=f"{peer} (from the side-by-side ratio)")
-            for b, s, c in points:
-                ax.plot(b, s, marker=markers[c], markerfacecolor="none", color=color, linestyle="none")
-            drawn += points
+                    times[cache_dtype, kv_heads] = float(over) * float(ours)
+        if times:
+            draw(times, styles.get(peer, {}).get("color", "grey"),
+                 f"{peer} (our {reference} time × the side-by-side ratio)", "--", "none")
     if not drawn:
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no data in these results", transform=ax.transAxes, ha="center")
     else:
-        xs = [b for b, _, _ in drawn]
+        xs = [b for b, _ in drawn]
         if not missing(bandwidth):
             span = [min(xs) / 1.5, max(xs) * 1.5]
             ax.plot(span, [b / (float(bandwidth) * 1e9) for b in span], color="black", linestyle=":",
                     label=f"streaming read, {float(bandwidth):.1f} GB/s")
         for name, marker in markers.items():
             ax.plot([], [], marker=marker, color="grey", linestyle="none", label=name)
-        ax.set_xscale("log")
+        ticker = pyplot().matplotlib.ticker
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=2))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: format_bytes(value).replace(".0 ", " ")))
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1, 2, 5)))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: fmt_seconds(value)))
         ax.set_xlabel("bytes read per token (log scale): cached keys and values, scales included")
         ax.set_ylabel("seconds per token (log scale)")
         ax.grid(True, alpha=0.3, which="both")
