@@ -39,6 +39,18 @@ code that rejects ``dot_bf16_bf16_f32`` (found: B = 1 with n_q = n_k = 1, or wit
 d = 1 and n_q or n_k = 1; "Algorithm not supported by the ElementalIrEmitter"): such a
 call is retried eagerly, and that shape stays eager.
 
+Grouped-query attention (k, v with B_kv = B / g heads, query head b reading K/V head
+b // g): ``dot_product_attention`` takes it natively, K/V of (batch, n_k, K heads, d)
+against a query of N = g·K heads, and the (1, n, heads, d) layout above hands it the
+B query heads against the B_kv K/V heads as they are.  JAX 0.10's XLA implementation
+(``jax/_src/nn/functions.py``, ``_dot_product_attention_xla``) reshapes the query to
+(B, T, K, G, H), query head n = K index · G + G index, so head b reads K/V head b // g
+as the contract says, and vmaps the core over G with K and V unmapped: no copy of K/V
+per query head.  The compiled HLO of a grouped call (8 query heads on 2, n_q = 5, n_k =
+300) shows it: K is transposed once to (2, 64, 300), B_kv heads, and the score product
+is one batched dot f32[2, 20, 300], each K/V head against its g·n_q = 20 query rows
+stacked (XLA folds the group into the rows itself).
+
 Memory: O(n²): XLA's implementation holds the whole score matrix (``workspace_bytes``).
 
 Declared limits (``kernels.registry``): float32, bfloat16 and float16; not float64: with 64-bit
@@ -92,6 +104,8 @@ def _unsupported_dot(error):
 
 def run(q, k, v, out, causal, scale):
     n_q, n_k = q.shape[1], k.shape[1]
+    first = first_seeing_row(n_q, n_k, causal)
+    causal = causal and n_q > 1  # one query row sees every key: no mask at all
     form = (causal, n_q == n_k, scale)
     key = (q.shape, k.shape, v.shape) + form
     if q.dtype == np.float16 or key in _EAGER:
@@ -107,7 +121,7 @@ def run(q, k, v, out, causal, scale):
             _EAGER.add(key)
             result = _attend(*form)(q, k, v)
     out[...] = np.asarray(result)  # a half result widens exactly
-    out[:, : first_seeing_row(n_q, n_k, causal)] = 0.0
+    out[:, :first] = 0.0
 
 
 def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):
