@@ -1,6 +1,6 @@
 """The external peers on grouped-query attention: each peer module's ``run`` called
 directly (not through ``kernels.attention``) with k and v of B_kv = B / g heads, query
-head b reading K/V head b // g, for groups 1, 2, 4 and 8, causal and not (rows that see
+head b reading K/V head b // g, for groups 1, 2, 4 and 8 (not every shape with each), causal and not (rows that see
 no key give zeros), in float32 and each half type the peer takes, against the float64
 reference of the same call with K/V repeated g times, held to the harness's budget.
 A peer whose package is not installed skips (the peers are optional: ``make peers``)."""
@@ -12,7 +12,9 @@ from kernels.dtypes import FLOATS, HALF
 from kernels.reference import first_seeing_row, reference_attention
 
 PEERS = {peer.name: (peer, packages) for peer, packages in registry._peers()}
-GROUPS = (1, 2, 4, 8)
+# 1 (plain heads) and 4; the square and d_v tests add 2 and 8 (each new shape costs a
+# compile in XLA and OpenVINO, so the grid stays small enough for CI)
+GROUPS = (1, 4)
 KV_HEADS = 3     # B_kv: odd, so that a wrong head mapping cannot land on the right head
 D, D_V = 16, 16
 # float32 and the half types: what the brief of each peer's grouped calls covers
@@ -71,7 +73,7 @@ def check(name, group, n_q, n_k, causal, dtype_name, **shape):
 
 @pytest.mark.parametrize("dtype_name", TYPES)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("n_k", [1, 37, 300], ids=lambda n: f"n_k={n}")
+@pytest.mark.parametrize("n_k", [1, 300], ids=lambda n: f"n_k={n}")
 @pytest.mark.parametrize("n_q", [1, 3, 40], ids=lambda n: f"n_q={n}")
 @pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"g={g}")
 @pytest.mark.parametrize("name", sorted(PEERS))
@@ -82,7 +84,7 @@ def test_a_grouped_call_matches_the_reference_with_kv_repeated(name, group, n_q,
 @pytest.mark.parametrize("dtype_name", TYPES)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n", [37, 300], ids=lambda n: f"n={n}")
-@pytest.mark.parametrize("group", GROUPS, ids=lambda g: f"g={g}")
+@pytest.mark.parametrize("group", [2, 8], ids=lambda g: f"g={g}")
 @pytest.mark.parametrize("name", sorted(PEERS))
 def test_a_square_grouped_call_matches(name, group, n, causal, dtype_name):
     # n_q == n_k: the peers' is_causal flags, not a mask
