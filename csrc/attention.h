@@ -6,24 +6,40 @@
 
 #include <stdint.h>
 
-/* q (batch, n_q, d), k (batch, n_k, d), v (batch, n_k, d_v), out (batch, n_q, d_v); all C-contiguous.
+/* Query head h of batch (= B: batch and heads flattened) attends to K/V head h / group, so
+   B must be a multiple of group (1: one K/V head per query head; B: one for all, multi-query).
+     q (B, n_q, d), out (B, n_q, d_v): C-contiguous.
+     K/V head g: its n_k rows at k + g·kv_rows·d (d each) and v + g·kv_rows·d_v (d_v each),
+       rows contiguous within a head; kv_rows >= n_k is the rows from one head to the next,
+       so that a cache with spare capacity (heads, kv_rows, d) is read in place, [:, :n_k].
    causal: query i sees keys j <= i + (n_k - n_q); a query that sees no key gets a zero row.
-   Returns 0 on success, nonzero if scratch memory could not be allocated (out is then unspecified). */
+   Returns 0 on success, 1 if scratch memory could not be allocated (out is then unspecified),
+   -1 for a shape it cannot read (group < 1, batch not a multiple of it, kv_rows < n_k). */
 int attn_forward_f32(const float *q, const float *k, const float *v, float *out,
-                     int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
-                     int causal, float scale, int n_threads);
+                     int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
+                     int64_t d, int64_t d_v, int causal, float scale, int n_threads);
 int attn_forward_f64(const double *q, const double *k, const double *v, double *out,
-                     int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
-                     int causal, double scale, int n_threads);
+                     int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
+                     int64_t d, int64_t d_v, int causal, double scale, int n_threads);
 /* The 16-bit types, given as their bits (bfloat16, IEEE float16): widened exactly to float a
-   tile at a time and computed as attn_forward_f32 computes; out is float (round it to the
-   16-bit type at the end, once). */
+   tile (or a block of decode rows) at a time and computed as attn_forward_f32 computes; out
+   is float (round it to the 16-bit type at the end, once). */
 int attn_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out,
-                      int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
-                      int causal, float scale, int n_threads);
+                      int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
+                      int64_t d, int64_t d_v, int causal, float scale, int n_threads);
 int attn_forward_f16(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out,
-                     int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
-                     int causal, float scale, int n_threads);
+                     int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
+                     int64_t d, int64_t d_v, int causal, float scale, int n_threads);
+/* An int8 KV cache with a float scale per row: key j of K/V head g is
+   k_scale[g·kv_rows + j] · k[g·kv_rows·d + j·d + c] (each product rounded once to float),
+   and likewise v with v_scale; q and out are float, shaped and laid out as above. Read in
+   place (1 byte per element and 4 per row), dequantised a block of rows at a time inside
+   the loops, and computed exactly as attn_forward_f32 computes on the dequantised K and V.
+   A row whose scale is NaN dequantises to NaN. */
+int attn_forward_q8(const float *q, const int8_t *k, const float *k_scale, const int8_t *v,
+                    const float *v_scale, float *out, int64_t batch, int64_t group, int64_t n_q,
+                    int64_t n_k, int64_t kv_rows, int64_t d, int64_t d_v, int causal, float scale,
+                    int n_threads);
 
 /* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL), AVX2+FMA+F16C, generic),
    "avx512", "avx2", "generic". Returns 0, or -1 for an unknown name or an ISA the CPU lacks. */

@@ -45,6 +45,7 @@ DEPENDS = [
     "csrc/flash_driver_template.h",
     "csrc/tile_ops_generic_template.h",
     "csrc/tile_ops_simd_template.h",
+    "csrc/tile_ops_row_template.h",
     "csrc/tile_ops_exp.h",
 ]
 # IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no

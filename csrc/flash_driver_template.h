@@ -1,11 +1,23 @@
 /* The tiled attention algorithm with the online softmax: a template, without include
-   guards, that attention.c includes once per precision with these defined:
+   guards, that attention.c includes once per input type with these defined:
      real                   float or double: the type computed in, and the output's
-     elem                   the inputs' element type: real, or uint16_t (the bits of a
-                            bfloat16 or float16, which real = float computes)
-     WIDENS                 1 when elem is 16-bit: each tile of the inputs is first widened
-                            to real by WIDEN(x, n, y) (a struct widen_ops function), 0 else
-     SUFFIX(name)           name##_f32, _f64, _bf16 or _f16
+     q_elem, kv_elem        the element types of Q and of K and V: real, uint16_t (the bits
+                            of a bfloat16 or float16, which real = float computes), or for K
+                            and V int8_t (a quantised cache, one float scale per row)
+     Q_TO_REAL(x, n, y)     only when q_elem is not real: y[i] = x[i] as real, i < n (a
+                            struct widen_ops function); Q is then read through staging
+     KV_TO_REAL(x, scale, row0, rows, width, y)
+                            only when kv_elem is not real: y (rows, width) = rows
+                            [row0, row0 + rows) of the K or V head at x, whose rows are width
+                            apart, as real; scale is that head's row scales (int8) or NULL.
+                            K and V are then read through staging, a tile or a block of rows
+                            at a time; otherwise in place
+     KV_ROW_OPS, KV_ROW_OPS_MAX_ROWS
+                            optional, with KV_TO_REAL: the member of TILE_OPS_T (struct
+                            row_ops_f32) whose row operations read such K and V rows in place,
+                            converting as they load, which the split-KV path uses with up to
+                            KV_ROW_OPS_MAX_ROWS query rows per K/V head
+     SUFFIX(name)           name##_f32, _f64, _bf16, _f16 or _q8
      TILE_OPS_T             struct tile_ops_f32 or struct tile_ops_f64
      QUERY_TILE, KEY_TILE   tile sizes (query rows, keys)
      KEY_CAP                Sᵀ rows per panel: KEY_TILE rounded up to KEY_BLOCK
@@ -22,14 +34,52 @@
    and finally out = O / l. Nothing larger than a tile is ever stored, and Sᵀ only for
    one panel of queries at a time.
 
+   Grouped query heads: query head h attends to K/V head h / group (struct shape); the query
+   tiles of each query head read their K/V head in place (the tile path is bound by its
+   products, not by reading K and V, so a K/V head read once per query head costs little).
+
    With at most DECODE_MAX_QUERIES query rows per head (decoding with a KV cache) a query
    tile would be almost all padding and there would be only `batch` tiles to share among the
-   threads, so attn_forward takes the split-KV ("flash decoding") path instead: each head's
-   keys are cut into chunks, every (head, chunk) is a task that streams its K and V rows once
-   and keeps, per query row, the partial softmax state of its chunk
+   threads, so SUFFIX(forward) takes the split-KV ("flash decoding") path instead: the group's
+   query heads of one K/V head are taken together as group · n_q rows of one head (contiguous
+   in q and out), so that each K and V row is read from memory once for all of them; that
+   head's keys are cut into chunks, every (K/V head, chunk) is a task that streams its K and
+   V rows once and keeps, per query row, the partial softmax state of its chunk
      m_c = max s, l_c = Σ exp(s − m_c), acc_c = Σ exp(s − m_c) v     attend_key_chunk
    and the rows are then merged across chunks
      m = max m_c, out = Σ exp(m_c − m) acc_c / Σ exp(m_c − m) l_c    merge_chunks */
+
+#ifdef Q_TO_REAL
+#define Q_STAGED 1
+#else
+#define Q_STAGED 0
+#endif
+#ifdef KV_TO_REAL
+#define KV_STAGED 1
+#else
+#define KV_STAGED 0
+#endif
+
+/* The K/V heads of a call: head 0's K and V rows and (int8) their scales, NULL otherwise;
+   head g's lie g · kv_rows rows further (SUFFIX(kv_head)). */
+struct SUFFIX(kv) {
+    const kv_elem *k, *v;
+    const float *k_scale, *v_scale;
+};
+
+/* K/V head g of the call's heads */
+static struct SUFFIX(kv) SUFFIX(kv_head)(const struct SUFFIX(kv) *heads, const struct shape *sh,
+                                         int64_t g)
+{
+    const int64_t row = g * sh->kv_rows;
+    return (struct SUFFIX(kv)){
+        .k = heads->k + row * sh->d,
+        .v = heads->v + row * sh->d_v,
+        /* (an offset from NULL is undefined, even unread) */
+        .k_scale = heads->k_scale ? heads->k_scale + row : NULL,
+        .v_scale = heads->v_scale ? heads->v_scale + row : NULL,
+    };
+}
 
 struct SUFFIX(scratch) {
     real *qt, *st, *ot, *m, *l, *alpha, *kp, *vp, *staging;
@@ -53,9 +103,9 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
         cache_lines(rows * sizeof(int32_t)),                               /* panel_keys */
         cache_lines(KEY_CAP * sh->d * sizeof(real)),                       /* kp */
         cache_lines(KEY_CAP * round_up(sh->d_v, COL_BLOCK) * sizeof(real)),   /* vp */
-        /* staging: a 16-bit tile of Q, K or V widened, before it is packed */
-        cache_lines(WIDENS * (size_t)(rows * sh->d > KEY_CAP * (sh->d > sh->d_v ? sh->d : sh->d_v)
-                                      ? rows * sh->d : KEY_CAP * (sh->d > sh->d_v ? sh->d : sh->d_v))
+        /* staging: a tile of Q, K or V converted to real (16-bit, int8), before it is packed */
+        cache_lines((size_t)(Q_STAGED * rows * sh->d > KV_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v)
+                             ? Q_STAGED * rows * sh->d : KV_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v))
                     * sizeof(real)),
     };
     size_t total = 0;
@@ -78,17 +128,34 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     sc->staging = (real *)block;
 }
 
-/* count elements of an input from x, as real: x itself, or (16-bit inputs) x widened into
-   staging, which must hold count values */
-static const real *SUFFIX(as_real)(const elem *x, int64_t count, real *staging)
+/* count query elements from x, as real: x itself, or x converted into staging, which must
+   then hold count values */
+static const real *SUFFIX(q_as_real)(const q_elem *x, int64_t count, real *staging)
 {
-#if WIDENS
-    WIDEN(x, count, staging);
+#if Q_STAGED
+    Q_TO_REAL(x, count, staging);
     return staging;
 #else
     (void)count;
     (void)staging;
     return x;
+#endif
+}
+
+/* rows [row0, row0 + rows) of one K or V head x (width values a row; scale: the head's row
+   scales, or NULL), as real: in place, or converted into staging, which must then hold
+   rows · width values */
+static const real *SUFFIX(kv_as_real)(const kv_elem *x, const float *scale, int64_t row0,
+                                      int64_t rows, int64_t width, real *staging)
+{
+#if KV_STAGED
+    KV_TO_REAL(x, scale, row0, rows, width, staging);
+    return staging;
+#else
+    (void)scale;
+    (void)rows;
+    (void)staging;
+    return x + row0 * width;
 #endif
 }
 
@@ -163,12 +230,13 @@ static void SUFFIX(mask_causal)(real *st, const int32_t *visible, const int32_t 
             st[(r / panel) * KEY_CAP * panel + j * panel + r % panel] = -INFINITY;
 }
 
-/* out rows [i0, i0 + rows) of one head, from all the keys they see */
+/* out rows [i0, i0 + rows) of one query head, from all the keys they see of its K/V head kv */
 static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape *sh,
-                                      real scale, const elem *q, const elem *k, const elem *v,
+                                      real scale, const q_elem *q, const struct SUFFIX(kv) *kv,
                                       real *out, int64_t i0, int64_t rows,
                                       const struct SUFFIX(scratch) *sc)
 {
+    const kv_elem *k = kv->k, *v = kv->v;
     const int64_t d = sh->d, d_v = sh->d_v;
     const int64_t rows_pad = round_up(rows, ops->query_panel);
     const int64_t panel = ops->query_panel, dv_pad = round_up(d_v, COL_BLOCK);
@@ -176,7 +244,7 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
        are skipped. */
     const int64_t key_end = sh->causal ? min_i64(sh->n_k, i0 + rows + sh->causal_offset) : sh->n_k;
 
-    SUFFIX(pack_qt)(SUFFIX(as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
+    SUFFIX(pack_qt)(SUFFIX(q_as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
     for (int64_t r = 0; r < rows_pad; r++) {
         sc->m[r] = -INFINITY;
         sc->l[r] = 0;
@@ -188,13 +256,13 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
         const int diagonal = SUFFIX(count_visible)(sh, i0, j0, keys, rows_pad, panel,
                                                    sc->visible, sc->panel_keys);
 
-        SUFFIX(pack_k)(SUFFIX(as_real)(k + j0 * d, keys * d, sc->staging), keys, d, sc->kp);
-        SUFFIX(pack_v)(SUFFIX(as_real)(v + j0 * d_v, keys * d_v, sc->staging), keys, d_v, sc->vp);
+        SUFFIX(pack_k)(SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
+        SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
         /* the next key tile's K and V rows, contiguous in the input, fetched into L2 a
            slice per panel while this tile computes, so that packing them finds them there */
         const int64_t next_keys = min_i64(KEY_TILE, key_end - j0 - keys);
-        const size_t next_k_bytes = next_keys > 0 ? next_keys * d * sizeof(elem) : 0;
-        const size_t next_v_bytes = next_keys > 0 ? next_keys * d_v * sizeof(elem) : 0;
+        const size_t next_k_bytes = next_keys > 0 ? next_keys * d * sizeof(kv_elem) : 0;
+        const size_t next_v_bytes = next_keys > 0 ? next_keys * d_v * sizeof(kv_elem) : 0;
         /* One panel at a time through all three steps, so that its Sᵀ (KEY_CAP × panel) is
            still in L1 when the softmax and P V read it. A panel that sees none of the keys
            would keep its state unchanged: skipped. */
@@ -226,61 +294,127 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
 #define PARTIAL_L 1
 #define PARTIAL_ACC 2
 
-/* partial (n_q, d_v + 2): the state of each query row of one head over the keys [j0, j1) of
-   one chunk that the row sees, in blocks of DECODE_KEY_BLOCK keys (each K and V row is read
+/* slice `part` of `parts` of rows [row0, row0 + n) of a K or V head x (width values a row),
+   whole lines, as a read-ahead for a row operation (tile_ops.h); nothing if n <= 0 */
+static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int64_t row0, int64_t n,
+                                            int64_t part, int64_t parts)
+{
+    if (n <= 0)
+        return read_ahead_of(NULL, 0);
+    const int64_t bytes = n * width * (int64_t)sizeof(kv_elem);
+    const int64_t from = bytes * part / parts / CACHE_LINE * CACHE_LINE, to = bytes * (part + 1) / parts;
+    return read_ahead_of((const char *)(x + row0 * width) + from, to - from);
+}
+
+#ifdef KV_ROW_OPS
+/* attend_key_chunk's step for one query row (q_row, state) over the block of keys
+   [j, j + keys) of K/V head kv, read in place through the row operations `direct`, which
+   also fetch the next block (next_keys rows) into L2 as they go; s holds DECODE_KEY_BLOCK
+   scores */
+static void SUFFIX(attend_block_direct)(const TILE_OPS_T *ops, const struct row_ops_f32 *direct,
+                                        const struct shape *sh, real scale, const real *q_row,
+                                        const struct SUFFIX(kv) *kv, int64_t j, int64_t keys,
+                                        int64_t next_keys, int64_t part, int64_t parts,
+                                        real *state, real *s)
+{
+    const int64_t d = sh->d, d_v = sh->d_v;
+    direct->qk_row(kv->k + j * d, kv->k_scale ? kv->k_scale + j : NULL, keys, d, q_row, scale, s,
+                   SUFFIX(rows_ahead)(kv->k, d, j + keys, next_keys, part, parts));
+    const real alpha = ops->online_softmax_row(s, keys, state + PARTIAL_M, state + PARTIAL_L);
+    direct->pv_row(s, kv->v + j * d_v, kv->v_scale ? kv->v_scale + j : NULL, keys, d_v, alpha,
+                   state + PARTIAL_ACC, SUFFIX(rows_ahead)(kv->v, d_v, j + keys, next_keys, part, parts));
+}
+#endif
+
+/* partial (group · n_q, d_v + 2): the state of each query row of one K/V head's group (row
+   r: query index r % n_q of query head r / n_q of the group) over the keys [j0, j1) of one
+   chunk that the row sees, in blocks of DECODE_KEY_BLOCK keys (each K and V row is read
    from memory once; the other rows find it in cache). Rows that see none of the chunk are
    left unwritten: merge_chunks does not read them. staging holds SUFFIX(decode_staging)
-   values: the head's queries and a block's K and V rows, widened (16-bit inputs). */
+   values: the group's queries and a block's K and V rows, converted to real when they are
+   not (16-bit, int8). */
 static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *sh,
-                                     real scale, const elem *q, const elem *k, const elem *v,
+                                     real scale, const q_elem *q, const struct SUFFIX(kv) *kv,
                                      int64_t j0, int64_t j1, real *partial, real *staging)
 {
     const int64_t d = sh->d, d_v = sh->d_v, stride = d_v + PARTIAL_ACC;
+    const int64_t rows = sh->group * sh->n_q;
     _Static_assert(DECODE_KEY_BLOCK % ROW_KEY_PAD == 0, "online_softmax_row pads s to ROW_KEY_PAD");
     real s[DECODE_KEY_BLOCK];
-    for (int64_t r = 0; r < sh->n_q; r++) {
+    for (int64_t r = 0; r < rows; r++) {
         real *state = partial + r * stride;
         state[PARTIAL_M] = -INFINITY;
         state[PARTIAL_L] = 0;
         memset(state + PARTIAL_ACC, 0, d_v * sizeof(real));
     }
-    const real *q_rows = SUFFIX(as_real)(q, sh->n_q * d, staging);
-    for (int64_t jb = j0; jb < j1; jb += DECODE_KEY_BLOCK) {
-        /* the block's keys the last row sees, the most any row sees */
-        const int64_t block_end = min_i64(min_i64(j1, jb + DECODE_KEY_BLOCK), visible_keys(sh, sh->n_q - 1));
-        if (block_end <= jb)
-            break;
-        const real *k_rows = SUFFIX(as_real)(k + jb * d, (block_end - jb) * d, staging + sh->n_q * d);
-        const real *v_rows = SUFFIX(as_real)(v + jb * d_v, (block_end - jb) * d_v,
-                                             staging + (sh->n_q + DECODE_KEY_BLOCK) * d);
-        for (int64_t r = 0; r < sh->n_q; r++) {
+    const real *q_rows = SUFFIX(q_as_real)(q, rows * d, staging);
+    real *k_staging = staging + Q_STAGED * rows * d;
+    real *v_staging = k_staging + KV_STAGED * DECODE_KEY_BLOCK * d;
+#ifdef KV_ROW_OPS
+    /* Up to KV_ROW_OPS_MAX_ROWS query rows: the rows read in place by operations that
+       convert each element as they load it (struct row_ops_f32), which spares storing the
+       converted block and loading it back (measured, 2 threads, 8 heads of one query row,
+       n_k = 65536, d = 64: int8 8.4 -> 4.7 ms, float16 11.4 -> 8.4 ms); beyond, the rows
+       share one conversion into staging (attention.c says which, per type). NULL: the ISA
+       has no such operations (generic). */
+    const struct row_ops_f32 *direct =
+        rows <= KV_ROW_OPS_MAX_ROWS && ops->KV_ROW_OPS.qk_row ? &ops->KV_ROW_OPS : NULL;
+#endif
+    /* the keys the last query index sees, the most any row sees */
+    const int64_t seen = min_i64(j1, visible_keys(sh, sh->n_q - 1));
+    for (int64_t jb = j0; jb < seen; jb += DECODE_KEY_BLOCK) {
+        const int64_t block_end = min_i64(seen, jb + DECODE_KEY_BLOCK);
+        const int64_t next_keys = min_i64(DECODE_KEY_BLOCK, seen - block_end);
+#ifdef KV_ROW_OPS
+        if (direct) {
+            for (int64_t r = 0; r < rows; r++) {
+                const int64_t keys = min_i64(block_end, visible_keys(sh, r % sh->n_q)) - jb;
+                if (keys > 0)
+                    SUFFIX(attend_block_direct)(ops, direct, sh, scale, q_rows + r * d, kv, jb, keys,
+                                                next_keys, r, rows, partial + r * stride, s);
+            }
+            continue;
+        }
+#endif
+        const real *k_rows = SUFFIX(kv_as_real)(kv->k, kv->k_scale, jb, block_end - jb, d, k_staging);
+        const real *v_rows = SUFFIX(kv_as_real)(kv->v, kv->v_scale, jb, block_end - jb, d_v, v_staging);
+        for (int64_t r = 0; r < rows; r++) {
             /* the block's keys row r sees: a masked key is never read, not even with weight 0 */
-            const int64_t keys = min_i64(block_end, visible_keys(sh, r)) - jb;
+            const int64_t keys = min_i64(block_end, visible_keys(sh, r % sh->n_q)) - jb;
             if (keys <= 0)
                 continue;
             real *state = partial + r * stride;
-            ops->qk_row(k_rows, keys, d, q_rows + r * d, scale, s);           /* s = scale · K q */
+            /* The next block's K and V rows, a slice per row, fetched into L2 by the row
+               operations as they compute (tile_ops.h, struct read_ahead): measured, 2 threads,
+               n_k = 65536, d = 64, float32, 8 query heads on 2 K/V heads 8.4 -> 5.2 ms, on 8
+               25 -> 20 ms; int8 staged for several rows, bound by its conversion there,
+               neither gained nor lost.  (The scales, 4 bytes a row, are left to the hardware
+               prefetchers.) */
+            const struct read_ahead k_ahead = SUFFIX(rows_ahead)(kv->k, d, block_end, next_keys, r, rows);
+            const struct read_ahead v_ahead = SUFFIX(rows_ahead)(kv->v, d_v, block_end, next_keys, r, rows);
+            ops->qk_row(k_rows, keys, d, q_rows + r * d, scale, s, k_ahead);           /* s = scale · K q */
             const real alpha = ops->online_softmax_row(s, keys, state + PARTIAL_M, state + PARTIAL_L);
-            ops->pv_row(s, v_rows, keys, d_v, alpha, state + PARTIAL_ACC);   /* acc = alpha acc + pᵀV */
+            ops->pv_row(s, v_rows, keys, d_v, alpha, state + PARTIAL_ACC, v_ahead);   /* acc = alpha acc + pᵀV */
         }
     }
 }
 
-/* The values attend_key_chunk's staging holds: 0 unless the inputs are 16-bit. */
+/* The values attend_key_chunk's staging holds: 0 when Q, K and V are all real. */
 static int64_t SUFFIX(decode_staging)(const struct shape *sh)
 {
-    return WIDENS * (sh->n_q * sh->d + DECODE_KEY_BLOCK * (sh->d + sh->d_v));
+    return Q_STAGED * sh->group * sh->n_q * sh->d + KV_STAGED * DECODE_KEY_BLOCK * (sh->d + sh->d_v);
 }
 
-/* out_row (d_v) of query r from the partial states of the chunks it sees keys of, the first
-   at partial, the next chunk_stride further: m = max m_c, w_c = exp(m_c − m),
-   out = Σ w_c acc_c / Σ w_c l_c; zeros for a row that sees no key. A chunk whose scores were
-   all −inf has w_c = 0 (its l_c and acc_c are 0, or NaN, which 0 · NaN keeps); an all −inf
-   row ends as 0/0 = NaN, and a NaN or +inf score as NaN, all as in the reference. */
-static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t r, int64_t key_chunk,
+/* out_row (d_v) of a row of query index i from the partial states of the chunks it sees
+   keys of, the first at partial, the next chunk_stride further: m = max m_c,
+   w_c = exp(m_c − m), out = Σ w_c acc_c / Σ w_c l_c; zeros for a row that sees no key. A
+   chunk whose scores were all −inf has w_c = 0 (its l_c and acc_c are 0, or NaN, which
+   0 · NaN keeps); an all −inf row ends as 0/0 = NaN, and a NaN or +inf score as NaN, all as
+   in the reference. */
+static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t i, int64_t key_chunk,
                                  const real *partial, int64_t chunk_stride, real *out_row)
 {
-    const int64_t chunks = ceil_div(visible_keys(sh, r), key_chunk);
+    const int64_t chunks = ceil_div(visible_keys(sh, i), key_chunk);
     memset(out_row, 0, sh->d_v * sizeof(real));
     if (chunks == 0)
         return;
@@ -301,12 +435,13 @@ static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t r, int64_t key_
         out_row[col] /= l;
 }
 
-/* One split-KV call: its (head, key chunk) tasks, then its (head, query row) merges. */
+/* One split-KV call: its (K/V head, key chunk) tasks, then its (query row) merges. */
 struct SUFFIX(split_kv_loop) {
     const TILE_OPS_T *ops;
     const struct shape *sh;
     real scale;
-    const elem *q, *k, *v;
+    const q_elem *q;
+    struct SUFFIX(kv) kv;
     real *out, *partial, *staging;   /* staging: decode_staging values per worker */
     int64_t key_chunk, chunks, chunk_stride, row_stride;
 };
@@ -315,60 +450,66 @@ static void SUFFIX(key_chunk_task)(void *context, int64_t w, int32_t worker)
 {
     const struct SUFFIX(split_kv_loop) *loop = context;
     const struct shape *sh = loop->sh;
-    const int64_t h = w / loop->chunks, j0 = w % loop->chunks * loop->key_chunk;
-    SUFFIX(attend_key_chunk)(loop->ops, sh, loop->scale, loop->q + h * sh->n_q * sh->d,
-                             loop->k + h * sh->n_k * sh->d, loop->v + h * sh->n_k * sh->d_v, j0,
-                             min_i64(sh->n_k, j0 + loop->key_chunk), loop->partial + w * loop->chunk_stride,
+    const int64_t g = w / loop->chunks, j0 = w % loop->chunks * loop->key_chunk;
+    const struct SUFFIX(kv) kv = SUFFIX(kv_head)(&loop->kv, sh, g);
+    SUFFIX(attend_key_chunk)(loop->ops, sh, loop->scale, loop->q + g * sh->group * sh->n_q * sh->d,
+                             &kv, j0, min_i64(sh->n_k, j0 + loop->key_chunk),
+                             loop->partial + w * loop->chunk_stride,
                              loop->staging + worker * SUFFIX(decode_staging)(sh));
 }
 
+/* query row w of the call (its rows are the group's rows of each K/V head in turn) */
 static void SUFFIX(merge_task)(void *context, int64_t w, int32_t worker)
 {
     (void)worker;
     const struct SUFFIX(split_kv_loop) *loop = context;
-    const int64_t h = w / loop->sh->n_q, r = w % loop->sh->n_q;
-    SUFFIX(merge_chunks)(loop->sh, r, loop->key_chunk,
-                         loop->partial + h * loop->chunks * loop->chunk_stride + r * loop->row_stride,
-                         loop->chunk_stride, loop->out + w * loop->sh->d_v);
+    const struct shape *sh = loop->sh;
+    const int64_t rows = sh->group * sh->n_q, g = w / rows, r = w % rows;
+    SUFFIX(merge_chunks)(sh, r % sh->n_q, loop->key_chunk,
+                         loop->partial + g * loop->chunks * loop->chunk_stride + r * loop->row_stride,
+                         loop->chunk_stride, loop->out + w * sh->d_v);
 }
 
-/* The split-KV path for all heads: (head, key chunk) tasks, then (head, query row) merges.
-   Chunks: about four tasks per thread over all heads (as for the query tiles below), none
-   shorter than DECODE_MIN_CHUNK keys. Returns nonzero if the partials could not be allocated. */
-static int SUFFIX(attend_split_kv)(const TILE_OPS_T *ops, const struct shape *sh,
-                                   real scale, const elem *q, const elem *k, const elem *v,
-                                   real *out, int64_t batch, int32_t threads)
+/* The split-KV path for all heads: (K/V head, key chunk) tasks, then (query row) merges.
+   Chunks: about four tasks per thread over the K/V heads (as for the query tiles below),
+   none shorter than DECODE_MIN_CHUNK keys. Returns nonzero if the partials could not be
+   allocated. */
+static int SUFFIX(attend_split_kv)(const TILE_OPS_T *ops, const struct shape *sh, real scale,
+                                   const q_elem *q, const struct SUFFIX(kv) *kv, real *out,
+                                   int64_t batch, int32_t threads)
 {
-    const int64_t chunks_per_head = ceil_div(4 * threads, batch);
+    const int64_t kv_heads = batch / sh->group;
+    const int64_t chunks_per_head = ceil_div(4 * threads, kv_heads);
     const int64_t even_chunk = ceil_div(sh->n_k, chunks_per_head);
     const int64_t key_chunk = round_up(even_chunk > DECODE_MIN_CHUNK ? even_chunk : DECODE_MIN_CHUNK,
                                        DECODE_KEY_BLOCK);
     const int64_t chunks = ceil_div(sh->n_k, key_chunk);
-    const int64_t row_stride = sh->d_v + PARTIAL_ACC, chunk_stride = sh->n_q * row_stride;
+    const int64_t row_stride = sh->d_v + PARTIAL_ACC, chunk_stride = sh->group * sh->n_q * row_stride;
     /* the partial states, then each worker's staging */
-    real *partial = malloc((size_t)(batch * chunks * chunk_stride + threads * SUFFIX(decode_staging)(sh))
+    real *partial = malloc((size_t)(kv_heads * chunks * chunk_stride + threads * SUFFIX(decode_staging)(sh))
                            * sizeof(real));
     if (!partial)
         return 1;
     struct SUFFIX(split_kv_loop) loop = {
-        .ops = ops, .sh = sh, .scale = scale, .q = q, .k = k, .v = v, .out = out,
-        .partial = partial, .staging = partial + batch * chunks * chunk_stride,
+        .ops = ops, .sh = sh, .scale = scale, .q = q, .kv = *kv, .out = out,
+        .partial = partial, .staging = partial + kv_heads * chunks * chunk_stride,
         .key_chunk = key_chunk, .chunks = chunks,
         .chunk_stride = chunk_stride, .row_stride = row_stride,
     };
-    pool_run(batch * chunks, threads, SUFFIX(key_chunk_task), &loop);
+    pool_run(kv_heads * chunks, threads, SUFFIX(key_chunk_task), &loop);
     pool_run(batch * sh->n_q, pool_threads_for(threads, 4.0 * batch * sh->n_q * chunks * sh->d_v),
              SUFFIX(merge_task), &loop);
     free(partial);
     return 0;
 }
 
-/* One call of the query-tile path: its (head, query tile) tasks, heaviest first. */
+/* One call of the query-tile path: its (query head, query tile) tasks, heaviest first. */
 struct SUFFIX(tile_loop) {
     const TILE_OPS_T *ops;
     const struct shape *sh;
     real scale;
-    const elem *q, *k, *v;
+    const q_elem *q;
+    struct SUFFIX(kv) kv;
     real *out;
     int64_t batch, tiles, query_tile;
     struct SUFFIX(scratch) *scratch;   /* one per worker, allocated on its first task */
@@ -389,23 +530,27 @@ static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
     /* Heaviest work first: under the causal mask a head's last query tiles see the most keys. */
     const int64_t tile = loop->tiles - 1 - w / loop->batch, h = w % loop->batch;
     const int64_t i0 = sh->first_row + tile * loop->query_tile;
-    SUFFIX(attend_query_tile)(loop->ops, sh, loop->scale, loop->q + h * sh->n_q * sh->d,
-                              loop->k + h * sh->n_k * sh->d, loop->v + h * sh->n_k * sh->d_v,
+    const struct SUFFIX(kv) kv = SUFFIX(kv_head)(&loop->kv, sh, h / sh->group);
+    SUFFIX(attend_query_tile)(loop->ops, sh, loop->scale, loop->q + h * sh->n_q * sh->d, &kv,
                               loop->out + h * sh->n_q * sh->d_v, i0,
                               min_i64(loop->query_tile, sh->n_q - i0), sc);
 }
 
-int SUFFIX(attn_forward)(const elem *q, const elem *k, const elem *v, real *out,
-                         int64_t batch, int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
-                         int causal, real scale, int n_threads)
+/* The entry point's work (attention.h): q (batch, n_q, d), query head h reading K/V head
+   h / group of kv; out (batch, n_q, d_v). */
+static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, real *out,
+                           int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
+                           int64_t d, int64_t d_v, int causal, real scale, int n_threads)
 {
+    if (group < 1 || batch % group != 0 || kv_rows < n_k)
+        return -1;
     const TILE_OPS_T *ops = ACTIVE_OPS;
-    const struct shape sh = make_shape(n_q, n_k, d, d_v, causal);
+    const struct shape sh = make_shape(n_q, n_k, d, d_v, causal, group, kv_rows);
     /* 2 · batch · n_q · n_k · (d + d_v) flops, causal or not */
     const int32_t threads = pool_threads_for(n_threads, 2.0 * batch * n_q * n_k * (double)(d + d_v));
 
     if (n_q <= DECODE_MAX_QUERIES)
-        return SUFFIX(attend_split_kv)(ops, &sh, scale, q, k, v, out, batch, threads);
+        return SUFFIX(attend_split_kv)(ops, &sh, scale, q, kv, out, batch, threads);
 
     /* Causal with n_q > n_k: the first rows see no key at all. */
     for (int64_t h = 0; h < batch; h++)
@@ -420,7 +565,7 @@ int SUFFIX(attn_forward)(const elem *q, const elem *k, const elem *v, real *out,
     const int64_t query_tile = clamp_i64(round_up(ceil_div(rows, tiles_per_head), ops->query_panel),
                                          ops->query_panel, QUERY_TILE);
     struct SUFFIX(tile_loop) loop = {
-        .ops = ops, .sh = &sh, .scale = scale, .q = q, .k = k, .v = v, .out = out,
+        .ops = ops, .sh = &sh, .scale = scale, .q = q, .kv = *kv, .out = out,
         .batch = batch, .tiles = ceil_div(rows, query_tile), .query_tile = query_tile,
         .scratch = calloc((size_t)threads, sizeof(struct SUFFIX(scratch))),
     };
@@ -436,3 +581,5 @@ int SUFFIX(attn_forward)(const elem *q, const elem *k, const elem *v, real *out,
 #undef PARTIAL_M
 #undef PARTIAL_L
 #undef PARTIAL_ACC
+#undef Q_STAGED
+#undef KV_STAGED

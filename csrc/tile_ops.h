@@ -1,7 +1,8 @@
 /* The contract between the tiling driver (flash_driver_template.h, plain C) and the per-ISA
-   tile operations: tile_ops_simd_template.h, one algorithm instantiated by
-   tile_ops_avx2_{f32,f64}.c and tile_ops_avx512_{f32,f64}.c with each ISA's vocabulary, and
-   tile_ops_generic_template.h, instantiated by tile_ops_generic.c.
+   tile operations: tile_ops_simd_template.h (and its row operations,
+   tile_ops_row_template.h), one algorithm instantiated by tile_ops_avx2_{f32,f64}.c and
+   tile_ops_avx512_{f32,f64}.c with each ISA's vocabulary, and tile_ops_generic_template.h,
+   instantiated by tile_ops_generic.c.
 
    Tiles are held query-minor ("transposed"), so that SIMD lanes run over queries: the
    softmax statistics of a vector's queries then live in one vector and need no horizontal
@@ -29,16 +30,21 @@
    diagonal tile.
 
    The row operations serve the split-KV (decode) path, where a head has too few queries
-   to fill a panel: one query row q (d) meets a block of keys straight from the input,
+   to fill a panel: one query row q (d) meets a block of keys straight from the input (or,
+   converted types, from staging; with one query row, rows of bfloat16, float16 or int8
+   read in place through struct row_ops_f32; tile_ops_row_template.h holds both),
      s (keys) = scale · K (keys, d) · q                          qk_row
      online softmax of s as above, for this one row               online_softmax_row
      acc (d_v) = alpha · acc + pᵀ V (keys, d_v)                   pv_row
    Every key of the block is one the row sees: the driver cuts the block at the row's
-   causal limit, so a masked key is never read. */
+   causal limit, so a masked key is never read.  Each also takes a read-ahead: bytes of
+   the next block (struct read_ahead) that it fetches into L2 a few lines per step of its
+   loop over the keys, so that memory is busy while it computes on cached rows. */
 #ifndef ATTNBENCH_TILE_OPS_H
 #define ATTNBENCH_TILE_OPS_H
 
 #include <stdint.h>
+#include <string.h>
 
 /* Key counts are rounded up to KEY_BLOCK and V is packed in blocks of COL_BLOCK columns;
    every ISA's micro-kernels take a divisor of these at a time (AVX-512: 8, AVX2: 4). */
@@ -49,9 +55,86 @@
 
 /* Index arithmetic, shared by the driver and the tile operations. */
 static inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+/* The scalar conversions of the 16-bit formats to float (exact: float holds every value):
+   widen.c's tails, and the tails of the row operations that read those rows directly. */
+static inline float float_from_bits(uint32_t bits)
+{
+    float x;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+/* bfloat16 is the upper half of a float32: its bits, shifted into place */
+static inline float bf16_to_f32(uint16_t h) { return float_from_bits((uint32_t)h << 16); }
+
+/* float16: sign, 5 exponent bits (bias 15), 10 mantissa bits. Integers only, so that a
+   denormals-are-zero mode someone else set on this thread cannot flush a subnormal. */
+static inline float f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    const uint32_t exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    uint32_t bits;
+    if (exponent == 0x1f)           /* inf, NaN (payload kept) */
+        bits = 0x7f800000 | mantissa << 13;
+    else if (exponent != 0)         /* normal: rebias 15 -> 127 */
+        bits = (exponent + 112) << 23 | mantissa << 13;
+    else if (mantissa == 0)         /* ±0 */
+        bits = 0;
+    else {                          /* subnormal, mantissa · 2^-24: normal in float32 */
+        const int top = 31 - __builtin_clz(mantissa);           /* its leading bit, 0..9 */
+        bits = (uint32_t)(top + 103) << 23 | (mantissa << (23 - top) & 0x7fffff);
+    }
+    return float_from_bits(sign | bits);
+}
+
+/* Bytes to fetch into L2 over a loop, a few lines a step (read_ahead_of, then in the loop's
+   owner read_ahead_spread over its steps and read_ahead_step at each): the split-KV path's
+   next block, fetched while the row operations compute on the current one.  The hardware
+   prefetchers follow demand misses only (and stop at each 4 KB page), so while a block's
+   arithmetic runs on cached rows nothing would be read; and a burst of prefetches for a
+   whole block (512 lines of float32 K and V at d = 64) fills the miss buffers and stalls
+   the core as long as the misses would (measured: no gain). */
+struct read_ahead {
+    const char *base;
+    int64_t offset, bytes, per_step;   /* per_step: bytes a step, whole lines */
+};
+
+/* the bytes [p, p + bytes) (none if p is NULL or bytes <= 0), not yet spread over steps */
+static inline struct read_ahead read_ahead_of(const void *p, int64_t bytes)
+{
+    return (struct read_ahead){.base = p, .bytes = p ? bytes : 0};
+}
+
+static inline void read_ahead_spread(struct read_ahead *ahead, int64_t steps)
+{
+    ahead->per_step = steps > 0 ? round_up(ceil_div(ahead->bytes, steps), 64) : ahead->bytes;
+}
+
+static inline void read_ahead_step(struct read_ahead *ahead)
+{
+    const int64_t end = min_i64(ahead->bytes, ahead->offset + ahead->per_step);
+    for (; ahead->offset < end; ahead->offset += 64)
+        __builtin_prefetch(ahead->base + ahead->offset, 0, 2);
+}
+
+/* qk_row and pv_row (below) over K or V rows kept in another format (bfloat16, float16 bits,
+   or int8 with a float scale per row, scale NULL otherwise), each element converted to float
+   as it is loaded, exactly as struct widen_ops converts it, so the results are those of the
+   float rows' operations on widen_ops' output. The split-KV path uses them when one query
+   row reads the rows (each then converted once either way): they spare the store of the
+   converted rows and their reload, and read the rows in place like float32's. NULL on the
+   generic path, which converts into staging instead. */
+struct row_ops_f32 {
+    void (*qk_row)(const void *k, const float *k_scale, int64_t keys, int64_t d, const float *q,
+                   float scale, float *s, struct read_ahead ahead);
+    void (*pv_row)(const float *p, const void *v, const float *v_scale, int64_t keys, int64_t d_v,
+                   float alpha, float *acc, struct read_ahead ahead);
+};
 
 struct tile_ops_f32 {
     const char *isa;
@@ -68,14 +151,19 @@ struct tile_ops_f32 {
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from the packed vp, query r summing over its first visible[r] keys */
     void (*pv_tile)(const float *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
                     const float *vp, int64_t d_v, int64_t rows_pad, float *ot);
-    /* s (keys) = scale · K (keys, d) · q (d) */
-    void (*qk_row)(const float *k, int64_t keys, int64_t d, const float *q, float scale, float *s);
+    /* s (keys) = scale · K (keys, d) · q (d); s holds round_up(keys, ROW_KEY_PAD) values,
+       and those past keys may be overwritten; fetches `ahead` meanwhile */
+    void (*qk_row)(const float *k, int64_t keys, int64_t d, const float *q, float scale, float *s,
+                   struct read_ahead ahead);
     /* m_new = max(m, max s), s = exp(s − m_new) (measured from 0 while m_new = −inf),
        l = alpha · l + Σ s, m = m_new; returns alpha = exp(m − m_new) */
     float (*online_softmax_row)(float *s, int64_t keys, float *m, float *l);
-    /* acc (d_v) = alpha · acc + Σ_j p[j] · V row j, over keys rows of V (keys, d_v) */
+    /* acc (d_v) = alpha · acc + Σ_j p[j] · V row j, over keys rows of V (keys, d_v); fetches
+       `ahead` meanwhile */
     void (*pv_row)(const float *p, const float *v, int64_t keys, int64_t d_v, float alpha,
-                   float *acc);
+                   float *acc, struct read_ahead ahead);
+    /* the same over rows of bfloat16, float16 and int8 */
+    struct row_ops_f32 bf16_rows, f16_rows, q8_rows;
 };
 
 struct tile_ops_f64 {
@@ -88,17 +176,22 @@ struct tile_ops_f64 {
     void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
                     const double *vp, int64_t d_v, int64_t rows_pad, double *ot);
     void (*qk_row)(const double *k, int64_t keys, int64_t d, const double *q, double scale,
-                   double *s);
+                   double *s, struct read_ahead ahead);
     double (*online_softmax_row)(double *s, int64_t keys, double *m, double *l);
     void (*pv_row)(const double *p, const double *v, int64_t keys, int64_t d_v, double alpha,
-                   double *acc);
+                   double *acc, struct read_ahead ahead);
 };
 
-/* y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16 or a float16 (widen.c):
-   how the 16-bit entry points read their inputs, a tile at a time. */
+/* Conversions to float (widen.c), one set per ISA:
+   bf16, f16: y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16 or a
+     float16: how the 16-bit entry points read their inputs, a tile at a time.
+   q8: y (rows, width) = scale[i] · x row i (int8), each product rounded once to float (the
+     int8 value is exact in float): how the int8 entry point dequantises a block of K or V
+     rows, which lie contiguous (width apart) in x and in y. */
 struct widen_ops {
     void (*bf16)(const uint16_t *x, int64_t n, float *y);
     void (*f16)(const uint16_t *x, int64_t n, float *y);
+    void (*q8)(const int8_t *x, const float *scale, int64_t rows, int64_t width, float *y);
 };
 
 extern const struct widen_ops widen_generic, widen_avx2, widen_avx512;

@@ -1,13 +1,14 @@
 /* float32 tile operations with AVX2 + FMA, 8 queries per __m256: the vocabulary and the
    register plan of tile_ops_simd_template.h, which holds the algorithm.
    The file is compiled for the baseline ISA; only these functions carry
-   target("avx2,fma"), and attention.c selects them only on CPUs with both features. */
+   target("avx2,fma,f16c") (F16C: the float16 rows of the row operations), and attention.c
+   selects them only on CPUs with all three. */
 #include <immintrin.h>
 #include <math.h>
 #include "tile_ops.h"
 
-#define TARGET __attribute__((target("avx2,fma")))
-#define INLINE_TARGET static inline __attribute__((always_inline, target("avx2,fma")))
+#define TARGET __attribute__((target("avx2,fma,f16c")))
+#define INLINE_TARGET static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define ISA_NAME "avx2-fma"
 #define TILE_OPS tile_ops_avx2_f32
 
@@ -22,7 +23,7 @@
 #define PANEL_VECS 3   /* 24 queries per panel */
 #define MICRO_KEYS 4
 #define MICRO_COLS 4
-#define ROW_KEYS 4
+#define ROW_KEYS 8
 #define ROW_VECS 8     /* 64 value columns per pv_row pass */
 
 typedef __m256 lane_mask;   /* all-ones lanes */
@@ -70,12 +71,41 @@ INLINE_TARGET float v_hsum(__m256 x)
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+/* lane i: the sum of acc[i]'s lanes, for 8 vectors (qk_row's scores, a transposed
+   reduction: 9 shuffles and adds where 8 separate v_hsum take 40) */
+INLINE_TARGET __m256 v_hsums(const __m256 *acc)
+{
+    /* [a0 a1 b0 b1 | a2 a3 b2 b3] in pair sums, then [a b c d | a b c d] in quarter sums */
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+#define V_HSUMS v_hsums
+
 /* the largest lane, of lanes holding no NaN */
 INLINE_TARGET float v_hmax(__m256 x)
 {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* Rows of the other formats for the row operations (ROW_FORMATS, tile_ops_row_template.h),
+   8 elements converted exactly: bfloat16 shifted into the upper half, float16 by F16C,
+   int8 sign-extended and converted (the scale multiplies after) */
+#define ROW_FORMATS
+INLINE_TARGET __m256 load_row_bf16(const uint16_t *p)
+{
+    const __m256i bits = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+}
+INLINE_TARGET __m256 load_row_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+INLINE_TARGET __m256 load_row_q8(const int8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
 #include "tile_ops_simd_template.h"

@@ -22,7 +22,7 @@
 #define PANEL_VECS 3   /* 12 queries per panel */
 #define MICRO_KEYS 4
 #define MICRO_COLS 4
-#define ROW_KEYS 4
+#define ROW_KEYS 8
 #define ROW_VECS 8     /* 32 value columns per pv_row pass */
 
 typedef __m256d lane_mask;   /* all-ones lanes */

@@ -23,7 +23,7 @@
 #define PANEL_VECS 3   /* 48 queries per panel */
 #define MICRO_KEYS 8
 #define MICRO_COLS 8
-#define ROW_KEYS 4
+#define ROW_KEYS 8
 #define ROW_VECS 4     /* 64 value columns per pv_row pass */
 
 typedef __mmask16 lane_mask;
@@ -65,5 +65,23 @@ INLINE_TARGET void v_store_first(float *p, tail_mask mask, __m512 x) { _mm512_ma
 
 INLINE_TARGET float v_hsum(__m512 x) { return _mm512_reduce_add_ps(x); }
 INLINE_TARGET float v_hmax(__m512 x) { return _mm512_reduce_max_ps(x); }   /* of lanes holding no NaN */
+
+/* Rows of the other formats for the row operations (ROW_FORMATS, tile_ops_row_template.h),
+   16 elements converted exactly: bfloat16 shifted into the upper half, float16 by
+   vcvtph2ps, int8 sign-extended and converted (the scale multiplies after) */
+#define ROW_FORMATS
+INLINE_TARGET __m512 load_row_bf16(const uint16_t *p)
+{
+    const __m512i bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
+}
+INLINE_TARGET __m512 load_row_f16(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+INLINE_TARGET __m512 load_row_q8(const int8_t *p)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
 
 #include "tile_ops_simd_template.h"

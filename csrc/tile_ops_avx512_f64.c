@@ -23,7 +23,7 @@
 #define PANEL_VECS 3   /* 24 queries per panel */
 #define MICRO_KEYS 8
 #define MICRO_COLS 8
-#define ROW_KEYS 4
+#define ROW_KEYS 8
 #define ROW_VECS 8     /* 64 value columns per pv_row pass */
 
 typedef __mmask8 lane_mask;

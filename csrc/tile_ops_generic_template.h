@@ -74,9 +74,11 @@ static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32
 
 /* s (keys) = scale · K (keys, d) · q (d), summed in double as in qk_tile_generic */
 static void SUFFIX(qk_row_generic)(const real *k, int64_t keys, int64_t d, const real *q,
-                                   real scale, real *s)
+                                   real scale, real *s, struct read_ahead ahead)
 {
+    read_ahead_spread(&ahead, keys);
     for (int64_t j = 0; j < keys; j++) {
+        read_ahead_step(&ahead);
         double acc = 0;
         for (int64_t p = 0; p < d; p++)
             acc += (double)k[j * d + p] * q[p];
@@ -105,11 +107,12 @@ static real SUFFIX(online_softmax_row_generic)(real *s, int64_t keys, real *m, r
 
 /* acc (d_v) = alpha · acc + Σ_j p[j] · V row j */
 static void SUFFIX(pv_row_generic)(const real *p, const real *v, int64_t keys, int64_t d_v,
-                                   real alpha, real *acc)
+                                   real alpha, real *acc, struct read_ahead ahead)
 {
+    read_ahead_spread(&ahead, keys);
     for (int64_t c = 0; c < d_v; c++)
         acc[c] *= alpha;
-    for (int64_t j = 0; j < keys; j++)
+    for (int64_t j = 0; j < keys; j++, read_ahead_step(&ahead))
         for (int64_t c = 0; c < d_v; c++)
             acc[c] += p[j] * v[j * d_v + c];
 }

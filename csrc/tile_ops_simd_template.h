@@ -23,6 +23,9 @@
                             hold MICRO_* × PANEL_VECS accumulators in registers, plus
                             PANEL_VECS loaded operands and a broadcast one
      ROW_KEYS, ROW_VECS     keys per qk_row step, vectors of value columns per pv_row pass
+   and optionally
+     V_HSUMS(acc)           the lane sums of ROW_KEYS = LANES vectors as one vector (lane i:
+                            acc[i]'s), which qk_row then stores whole; else v_hsum each
      ISA_NAME, TILE_OPS     the ops' name and the name of the struct defined at the end */
 
 #include "tile_ops_exp.h"
@@ -33,6 +36,10 @@
 _Static_assert(KEY_BLOCK % MICRO_KEYS == 0, "the driver rounds key counts to KEY_BLOCK, in whole qk_micro calls");
 _Static_assert(COL_BLOCK % MICRO_COLS == 0, "a packed block of COL_BLOCK value columns holds whole pv_micro calls");
 _Static_assert(ROW_KEY_PAD % LANES == 0, "online_softmax_row reads s in whole vectors");
+#ifdef V_HSUMS
+_Static_assert(ROW_KEYS == LANES && ROW_KEY_PAD % ROW_KEYS == 0,
+               "qk_row stores the ROW_KEYS scores of V_HSUMS whole, into s's padding past the keys");
+#endif
 
 /* exp on every lane (constants and accuracy in tile_ops_exp.h). The result is 0 below the
    underflow bound and at −inf; NaN gives NaN: p(NaN) is NaN, and only lanes where x < bound,
@@ -205,39 +212,6 @@ static TARGET void pv_tile(const real *pt, int64_t key_cap, const int32_t *visib
 
 /* Row operations (split-KV path, tile_ops.h): SIMD lanes run along d, over one row. */
 
-/* s (keys) = scale · K (keys, d) · q (d), ROW_KEYS independent FMA chains; the last
-   d % LANES columns by masked loads */
-static TARGET void qk_row(const real *k, int64_t keys, int64_t d, const real *q, real scale,
-                          real *s)
-{
-    const int64_t full = d / LANES * LANES;
-    const tail_mask tail = lanes_below(d - full);
-    for (int64_t j = 0; j < keys; j += ROW_KEYS) {
-        /* past the last key, repeat it: those scores are computed but not stored */
-        const real *k_rows[ROW_KEYS];
-        vec acc[ROW_KEYS];
-        UNROLL
-        for (int i = 0; i < ROW_KEYS; i++) {
-            k_rows[i] = k + min_i64(j + i, keys - 1) * d;
-            acc[i] = V(setzero)();
-        }
-        for (int64_t c = 0; c < full; c += LANES) {
-            const vec x = V(loadu)(q + c);
-            UNROLL
-            for (int i = 0; i < ROW_KEYS; i++)
-                acc[i] = V(fmadd)(V(loadu)(k_rows[i] + c), x, acc[i]);
-        }
-        if (full < d) {
-            const vec x = v_load_first(q + full, tail);
-            UNROLL
-            for (int i = 0; i < ROW_KEYS; i++)
-                acc[i] = V(fmadd)(v_load_first(k_rows[i] + full, tail), x, acc[i]);
-        }
-        for (int i = 0; i < ROW_KEYS && j + i < keys; i++)
-            s[j + i] = scale * v_hsum(acc[i]);
-    }
-}
-
 /* online_softmax_panel for one row whose scores lie contiguous (s holds round_up(keys,
    ROW_KEY_PAD) values: the padding is set to −inf, weight 0 and never the max) */
 static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
@@ -264,47 +238,51 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
     return alpha[0];
 }
 
-/* ROW_VECS vectors of acc from column c0: acc = alpha · acc + Σ_j p[j] · V row j. With full
-   (a constant after inlining) all the columns exist; otherwise those past d_v are masked. */
-INLINE_TARGET void pv_row_columns(const real *p, const real *v, int64_t keys, int64_t d_v,
-                                  real alpha, real *acc, int64_t c0, int full)
-{
-    tail_mask mask[ROW_VECS];
-    vec o[ROW_VECS];
-    const vec a = V(set1)(alpha);
-    UNROLL
-    for (int i = 0; i < ROW_VECS; i++) {
-        mask[i] = lanes_below(d_v - c0 - i * LANES);
-        const real *x = acc + c0 + i * LANES;
-        o[i] = V(mul)(a, full ? V(loadu)(x) : v_load_first(x, mask[i]));
-    }
-    for (int64_t j = 0; j < keys; j++) {
-        const vec b = V(set1)(p[j]);
-        UNROLL
-        for (int i = 0; i < ROW_VECS; i++) {
-            const real *x = v + j * d_v + c0 + i * LANES;
-            o[i] = V(fmadd)(b, full ? V(loadu)(x) : v_load_first(x, mask[i]), o[i]);
-        }
-    }
-    UNROLL
-    for (int i = 0; i < ROW_VECS; i++) {
-        if (full)
-            V(storeu)(acc + c0 + i * LANES, o[i]);
-        else
-            v_store_first(acc + c0 + i * LANES, mask[i], o[i]);
-    }
-}
+/* qk_row and pv_row over rows of real, and in the float32 files (ROW_FORMATS: the ISA's
+   load_row_bf16, load_row_f16, load_row_q8) over rows of the other formats */
+#define ROW_T real
+#define ROW_FN(name) name
+#define ROW_CONVERTED 0
+#include "tile_ops_row_template.h"
+#undef ROW_T
+#undef ROW_FN
+#undef ROW_CONVERTED
 
-/* acc (d_v) = alpha · acc + Σ_j p[j] · V row j, ROW_VECS · LANES columns per pass over the keys */
-static TARGET void pv_row(const real *p, const real *v, int64_t keys, int64_t d_v, real alpha,
-                          real *acc)
-{
-    int64_t c0 = 0;
-    for (; c0 + ROW_VECS * LANES <= d_v; c0 += ROW_VECS * LANES)
-        pv_row_columns(p, v, keys, d_v, alpha, acc, c0, 1);
-    if (c0 < d_v)
-        pv_row_columns(p, v, keys, d_v, alpha, acc, c0, 0);
-}
+#ifdef ROW_FORMATS
+#define ROW_CONVERTED 1
+#define ROW_T uint16_t
+#define ROW_SCALED 0
+#define ROW_FN(name) name##_bf16
+#define ROW_LOAD(p) load_row_bf16(p)
+#define ROW_SCALAR(x, scale) bf16_to_f32(x)
+#include "tile_ops_row_template.h"
+#undef ROW_FN
+#undef ROW_LOAD
+#undef ROW_SCALAR
+#define ROW_FN(name) name##_f16
+#define ROW_LOAD(p) load_row_f16(p)
+#define ROW_SCALAR(x, scale) f16_to_f32(x)
+#include "tile_ops_row_template.h"
+#undef ROW_FN
+#undef ROW_LOAD
+#undef ROW_SCALAR
+#undef ROW_T
+#undef ROW_SCALED
+#define ROW_T int8_t
+#define ROW_SCALED 1
+#define ROW_FN(name) name##_q8
+#define ROW_LOAD(p) load_row_q8(p)
+#define ROW_SCALAR(x, scale) ((scale) * (real)(x))
+#include "tile_ops_row_template.h"
+#undef ROW_FN
+#undef ROW_LOAD
+#undef ROW_SCALAR
+#undef ROW_T
+#undef ROW_SCALED
+#undef ROW_CONVERTED
+#define ROW_OPS_OF(format) \
+    {.qk_row = qk_row_##format, .pv_row = pv_row_##format}
+#endif
 
 const struct SUFFIX(tile_ops) TILE_OPS = {
     .isa = ISA_NAME,
@@ -315,4 +293,9 @@ const struct SUFFIX(tile_ops) TILE_OPS = {
     .qk_row = qk_row,
     .online_softmax_row = online_softmax_row,
     .pv_row = pv_row,
+#ifdef ROW_FORMATS
+    .bf16_rows = ROW_OPS_OF(bf16),
+    .f16_rows = ROW_OPS_OF(f16),
+    .q8_rows = ROW_OPS_OF(q8),
+#endif
 };

@@ -1,43 +1,15 @@
-/* Widening 16-bit inputs to float32, for the bfloat16 and float16 entry points: their tiles
-   (Q, K, V) are widened as they are packed, and everything after runs on the float32 tile
-   operations. Both widenings are exact (float32 holds every bfloat16 and float16 value),
-   so a 16-bit call computes what a float32 call on the widened inputs would. One set per
-   ISA, chosen with the tile operations (attention.c's isa_paths); the SIMD ones convert 8
-   (AVX2, F16C) or 16 (AVX-512F) values per instruction and leave the tail to the scalar
-   ones. */
+/* Converting inputs to float32 for the entry points that do not read float32: the bfloat16
+   and float16 tiles (Q, K, V) are widened as they are packed, the int8 KV cache's rows are
+   dequantised a block at a time, and everything after runs on the float32 tile operations.
+   Both widenings are exact (float32 holds every bfloat16 and float16 value), and an int8
+   row is its scale times the (exact) float of each value, one rounding, as NumPy's
+   scale[:, None] * x.astype(float32) has it; so a call computes what a float32 call on the
+   converted inputs would. One set per ISA, chosen with the tile operations (attention.c's
+   isa_paths); the SIMD ones convert 8 (AVX2, F16C) or 16 (AVX-512F) values per instruction
+   and leave the tail to the scalar ones. */
 #include <immintrin.h>
 #include <string.h>
 #include "tile_ops.h"
-
-static float float_from_bits(uint32_t bits)
-{
-    float x;
-    memcpy(&x, &bits, sizeof x);
-    return x;
-}
-
-/* bfloat16 is the upper half of a float32: its bits, shifted into place */
-static float bf16_to_f32(uint16_t h) { return float_from_bits((uint32_t)h << 16); }
-
-/* float16: sign, 5 exponent bits (bias 15), 10 mantissa bits. Integers only, so that a
-   denormals-are-zero mode someone else set on this thread cannot flush a subnormal. */
-static float f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    const uint32_t exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-    uint32_t bits;
-    if (exponent == 0x1f)           /* inf, NaN (payload kept) */
-        bits = 0x7f800000 | mantissa << 13;
-    else if (exponent != 0)         /* normal: rebias 15 -> 127 */
-        bits = (exponent + 112) << 23 | mantissa << 13;
-    else if (mantissa == 0)         /* ±0 */
-        bits = 0;
-    else {                          /* subnormal, mantissa · 2^-24: normal in float32 */
-        const int top = 31 - __builtin_clz(mantissa);           /* its leading bit, 0..9 */
-        bits = (uint32_t)(top + 103) << 23 | (mantissa << (23 - top) & 0x7fffff);
-    }
-    return float_from_bits(sign | bits);
-}
 
 static void widen_bf16_generic(const uint16_t *x, int64_t n, float *y)
 {
@@ -49,6 +21,14 @@ static void widen_f16_generic(const uint16_t *x, int64_t n, float *y)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = f16_to_f32(x[i]);
+}
+
+/* int8 rows: sign-extended to int32, converted (exactly) and multiplied by the row's scale */
+static void widen_q8_generic(const int8_t *x, const float *scale, int64_t rows, int64_t width, float *y)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < width; c++)
+            y[i * width + c] = scale[i] * (float)x[i * width + c];
 }
 
 #define AVX2 __attribute__((target("avx2,f16c")))
@@ -71,6 +51,31 @@ static AVX2 void widen_f16_avx2(const uint16_t *x, int64_t n, float *y)
     widen_f16_generic(x + i, n - i, y + i);
 }
 
+/* vpmovsxbd, vcvtdq2ps and vmulps, 16 values per step (two independent vectors); a row's
+   last width % 8 values scalar */
+static AVX2 void widen_q8_avx2(const int8_t *x, const float *scale, int64_t rows, int64_t width,
+                               float *y)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        const int8_t *xi = x + i * width;
+        float *yi = y + i * width;
+        const __m256 s = _mm256_set1_ps(scale[i]);
+        int64_t c = 0;
+        for (; c + 16 <= width; c += 16) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(xi + c));
+            const __m256i lo = _mm256_cvtepi8_epi32(b), hi = _mm256_cvtepi8_epi32(_mm_srli_si128(b, 8));
+            _mm256_storeu_ps(yi + c, _mm256_mul_ps(s, _mm256_cvtepi32_ps(lo)));
+            _mm256_storeu_ps(yi + c + 8, _mm256_mul_ps(s, _mm256_cvtepi32_ps(hi)));
+        }
+        if (c + 8 <= width) {
+            const __m256i lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(xi + c)));
+            _mm256_storeu_ps(yi + c, _mm256_mul_ps(s, _mm256_cvtepi32_ps(lo)));
+            c += 8;
+        }
+        widen_q8_generic(xi + c, scale + i, 1, width - c, yi + c);
+    }
+}
+
 #define AVX512 __attribute__((target("avx512f")))
 
 static AVX512 void widen_bf16_avx512(const uint16_t *x, int64_t n, float *y)
@@ -91,6 +96,22 @@ static AVX512 void widen_f16_avx512(const uint16_t *x, int64_t n, float *y)
     widen_f16_generic(x + i, n - i, y + i);
 }
 
-const struct widen_ops widen_generic = {widen_bf16_generic, widen_f16_generic};
-const struct widen_ops widen_avx2 = {widen_bf16_avx2, widen_f16_avx2};
-const struct widen_ops widen_avx512 = {widen_bf16_avx512, widen_f16_avx512};
+static AVX512 void widen_q8_avx512(const int8_t *x, const float *scale, int64_t rows, int64_t width,
+                                   float *y)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        const int8_t *xi = x + i * width;
+        float *yi = y + i * width;
+        const __m512 s = _mm512_set1_ps(scale[i]);
+        int64_t c = 0;
+        for (; c + 16 <= width; c += 16) {
+            const __m512i w = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(xi + c)));
+            _mm512_storeu_ps(yi + c, _mm512_mul_ps(s, _mm512_cvtepi32_ps(w)));
+        }
+        widen_q8_generic(xi + c, scale + i, 1, width - c, yi + c);
+    }
+}
+
+const struct widen_ops widen_generic = {widen_bf16_generic, widen_f16_generic, widen_q8_generic};
+const struct widen_ops widen_avx2 = {widen_bf16_avx2, widen_f16_avx2, widen_q8_avx2};
+const struct widen_ops widen_avx512 = {widen_bf16_avx512, widen_f16_avx512, widen_q8_avx512};

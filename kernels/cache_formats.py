@@ -15,9 +15,10 @@ Why per token for the keys too (KIVI quantises keys per channel, values per toke
 whose channels differ in range (a few outlier channels in large language models), but a
 channel's scale spans many tokens, so an appended token either waits in float (KIVI keeps
 a float residual of up to 128 tokens) or is stuck with a range fixed before it came; a
-per-token scale is fixed when the token is appended and never revisited, the kernel
-applies it once per key (score = scale · q·codes), and on the models and data measured
-here the errors were of one order (the report's fidelity table has the figures).
+per-token scale is fixed when the token is appended and never revisited, and a kernel
+reads a row's codes and its one scale together.  The price: where channels differ in
+range, per token loses accuracy (the report's table: on keys with a few wide channels,
+per channel was several times more accurate; on even keys the two were of one order).
 
 A row holding NaN or ±Inf gets the scale NaN: every element of it reads back as NaN, so
 the queries that see the token give NaN, where float64 gives NaN (a NaN or infinite key
@@ -56,7 +57,7 @@ class CacheFormat:
 
     def decode(self, codes, scales, dtype=np.float32):
         """The values a kernel reads: codes widened (exactly) to ``dtype``, times their row's
-        scale for int8 (exact in float32: an 8-bit integer times a float32)."""
+        scale for int8, each product rounded once to ``dtype``, as the kernels round it."""
         wide = codes.astype(dtype)
         if self.scaled:
             wide *= scales[..., None].astype(dtype)

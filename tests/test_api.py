@@ -99,7 +99,9 @@ def test_empty_batch_gives_empty_output():
     [
         (((5,), (5, 8), (5, 8)), "at least 2 dimensions"),
         (((2, 5, 8), (5, 8), (5, 8)), "same number of dimensions"),
-        (((2, 5, 8), (3, 5, 8), (3, 5, 8)), "leading"),
+        (((2, 5, 8), (3, 5, 8), (3, 5, 8)), r"K/V heads \(axis -3 of k and v: 3\) to divide the query heads \(2\)"),
+        (((4, 5, 8), (2, 5, 8), (4, 5, 8)), "k and v must share their leading"),
+        (((2, 4, 5, 8), (3, 2, 5, 8), (3, 2, 5, 8)), "may have fewer heads"),
         (((5, 8), (6, 7), (6, 8)), "head dimension"),
         (((5, 8), (6, 8), (7, 8)), "number of keys"),
         (((0, 8), (6, 8), (6, 8)), "n_q must be at least 1"),

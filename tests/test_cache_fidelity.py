@@ -4,9 +4,10 @@ The bounds are the format's step (float16 u = 2**-11, bfloat16 u = 2**-8; int8 h
 step of max|x| / 127, i.e. max|x| / 254) times a factor measured on the module's data:
 one step's norm-wise error over 4 seeds reached 3.4 u (float16), 3.9 u (bfloat16) and
 9.4 steps (int8, 0.021-0.037: the keys' errors move the scores by up to 0.02 of a logit,
-which a peaked softmax turns into a few percent of a weight); each bound is that factor
-rounded up by half again, so that a change in the formats or kernels that loses accuracy
-fails, and a seed's luck does not.
+which a peaked softmax turns into a few percent of a weight), and the largest over a
+1,000-step decode 5.7 u, 4.8 u and 11.5 steps; each bound is about that largest factor
+rounded up by a third or more, so that a change in the formats or kernels that loses
+accuracy fails, and a seed's luck does not.
 """
 import numpy as np
 import pytest
@@ -14,8 +15,10 @@ import pytest
 from kernels.decode import fidelity
 
 UNIT = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "int8": 1 / 254}
-FACTOR = {"float16": 5, "bfloat16": 6, "int8": 14}
-FLOAT32_BOUND = 1e-6   # the float32 cache: only the kernel's float32 rounding (~1e-7 measured)
+FACTOR = {"float16": 8, "bfloat16": 8, "int8": 16}
+# the float32 cache: only the kernels' float32 rounding, up to 1.2e-6 (10 u) measured over a
+# 1,280-token decode; 32 u, as the harness's float32 budgets of such sums reach
+FLOAT32_BOUND = 32 * 2.0**-24
 
 
 def bound(name):
@@ -49,7 +52,7 @@ def test_per_channel_keys_beat_per_token_keys_where_channels_have_outliers():
     """The measurement behind the format's choice (kernels.cache_formats): with a few
     wide channels, one scale per token is set by them and the other channels lose their
     resolution; per channel, each keeps its own."""
-    results = fidelity.key_granularity(n=1024)
+    results = fidelity.key_granularity()   # n = 4096: 2.8x and 5.4x on seeds 0, 1
     outliers, even = results["outliers"], results["even"]
     assert outliers["per channel"] < outliers["per token"] / 2
     assert even["per token"] <= bound("int8") and even["per channel"] <= bound("int8")

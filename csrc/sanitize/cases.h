@@ -11,8 +11,10 @@
 
 #include "tiles.h"
 
-/* the 16-bit types run on float32's tiles (they are widened to float32 as they are packed) */
-enum dtype { F32, F64, BF16, F16, N_DTYPES };
+/* the 16-bit types run on float32's tiles (they are widened to float32 as they are packed),
+   and so does Q8, the int8 KV cache (float32 q, int8 K and V with a float32 scale per row,
+   dequantised as they are packed) */
+enum dtype { F32, F64, BF16, F16, Q8, N_DTYPES };
 
 enum poison { CLEAN, NAN_Q, NAN_K, NAN_V, INF_Q };
 
@@ -22,12 +24,21 @@ struct shape {
     const char *name;
     int64_t batch, n_q, n_k, d, d_v;
     double logit_scale;     /* multiplies q and k: large logits */
-    enum poison poison;     /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head */
+    enum poison poison;     /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head
+                               (an int8 K or V: that row's scale NaN) */
     unsigned skip_dtypes;   /* the types (1u << F32, ...) not to run it at; 0: none */
 };
 
-#define FLOAT32_TILES (1u << F64)                             /* float32, bfloat16, float16 */
-#define FLOAT64_TILES (1u << F32 | 1u << BF16 | 1u << F16)    /* float64 */
+/* A shape with grouped query heads: batch query heads, batch / group K/V heads (query head h
+   reads K/V head h / group), the K/V heads n_k + kv_spare rows apart (a cache's spare
+   capacity: filled with NaN, so that a read of it shows in the result). */
+struct grouped_shape {
+    struct shape shape;
+    int64_t group, kv_spare;
+};
+
+#define FLOAT32_TILES (1u << F64)                             /* float32, bfloat16, float16, int8 */
+#define FLOAT64_TILES (1u << F32 | 1u << BF16 | 1u << F16 | 1u << Q8)    /* float64 */
 
 /* The query-tile path at the edges of one precision's tiles, query_tile rows × key_tile
    keys, at the types that run on those tiles only: a tile, one short of it and one past it in both directions,
@@ -63,6 +74,30 @@ static const struct shape KERNEL_EDGES[] = {
      1, CLEAN, 0},
     TILE_EDGES("float32", FLOAT32_TILES, ATTN_F32_QUERY_TILE, ATTN_F32_KEY_TILE),
     TILE_EDGES("float64", FLOAT64_TILES, ATTN_F64_QUERY_TILE, ATTN_F64_KEY_TILE),
+};
+
+/* grouped query heads and K/V heads with spare rows between them: the split-KV path takes a
+   group's query heads as one head of group · n_q rows, the query-tile path points each query
+   head at its K/V head */
+static const struct grouped_shape GROUPED_EDGES[] = {
+    {{"grouped 2, split-KV n_q=1, spare rows", 4, 1, 300, 64, 64, 1, CLEAN, 0}, 2, 37},
+    {{"grouped 4, split-KV most queries n_k=1100 d=9 d_v=70, spare rows", 8, DECODE_MAX_QUERIES,
+      1100, 9, 70, 1, CLEAN, 0}, 4, 5},
+    {{"grouped 4, split-KV most queries, n_q > n_k (rows that see no key)", 4, DECODE_MAX_QUERIES,
+      (DECODE_MAX_QUERIES + 1) / 2, 16, 16, 1, CLEAN, 0}, 4, 3},
+    {{"grouped 2, split-KV NaN in k, spare rows", 4, DECODE_MAX_QUERIES, 900, 16, 16, 1, NAN_K, 0},
+     2, 1},
+    {{"grouped 2, split-KV NaN in v", 4, 3, 900, 16, 16, 1, NAN_V, 0}, 2, 0},
+    {{"multi-query (group = batch), split-KV n_q=2 n_k=2000 (threaded)", 8, 2, 2000, 64, 64, 1,
+      CLEAN, 0}, 8, 64},
+    {{"grouped 2, query tiles n_q=50 n_k=300, spare rows", 4, 50, 300, 24, 20, 1, CLEAN, 0}, 2, 11},
+    {{"grouped 4, query tiles one past split-KV, n_q > n_k", 8, DECODE_MAX_QUERIES + 1, 2, 8, 8, 1,
+      CLEAN, 0}, 4, 2},
+    {{"grouped 4, float32 tiles: one past, spare rows", 4, ATTN_F32_QUERY_TILE + 1,
+      ATTN_F32_KEY_TILE + 1, 12, 12, 1, CLEAN, FLOAT32_TILES}, 4, 7},
+    {{"grouped 2, float64 tiles: one past, spare rows", 4, ATTN_F64_QUERY_TILE + 1,
+      ATTN_F64_KEY_TILE + 1, 12, 12, 1, CLEAN, FLOAT64_TILES}, 2, 7},
+    {{"grouped 2, query tiles NaN in k", 4, 40, 70, 16, 16, 1, NAN_K, 0}, 2, 0},
 };
 
 #endif

@@ -4,7 +4,8 @@
 
    It runs every SIMD path the CPU has (the names in ISAS that attn_select_isa accepts), every
    type (float32, float64, and bfloat16 and float16, whose inputs the kernel widens to
-   float32), one thread and all of them, causal and not, over
+   float32, and the int8 KV cache, attn_forward_q8, whose K and V it dequantises to float32),
+   one thread and all of them, causal and not, over
      - the shapes of kernels/harness.py's CASES (batch and heads flattened into one batch;
        their memory layouts are the Python side's business: C always gets C order), from
        harness_cases.h, which `make sanitize` generates from them (harness_cases.py),
@@ -13,14 +14,17 @@
        it, each precision's tile sizes, one short of and one past them, rows that see no key,
        NaN and Inf inputs, and calls big enough to wake the pool's helpers, on both paths,
      - d and d_v from 1 to WIDTH_MAX on both paths, together and crossed: every tail of every
-       vector width, and past two of the widest micro-kernel passes (pv_row's 64 columns).
+       vector width, and past two of the widest micro-kernel passes (pv_row's 64 columns),
+     - grouped query heads (several reading one K/V head) and K/V heads with spare rows
+       between them (cases.h), the spare rows NaN, so that a read of one shows in the result.
    Each output is compared with a float64 reference computed here by naive loops, so a wrong
    answer fails as surely as a sanitizer report does; the inputs must come back unchanged and
    every element of out must be written (out starts as UNWRITTEN).
 
-   q, k, v and out are malloc'd at their exact sizes, so ASan sees a read or write one element
-   past either end. It cannot see an overrun from one tile buffer into the next inside the
-   per-thread scratch block the kernel carves them from: only the result check catches those.
+   q, k, v (and the int8 scales) and out are malloc'd at their exact sizes (the last K/V head
+   without spare rows after it), so ASan sees a read or write one element past either end.
+   It cannot see an overrun from one tile buffer into the next inside the per-thread scratch
+   block the kernel carves them from: only the result check catches those.
 
    Exit status 1 if any call fails its check; a sanitizer report aborts the run (exit 1). */
 #include <math.h>
@@ -31,7 +35,7 @@
 #include <unistd.h>
 
 #include "attention.h"
-#include "cases.h"           /* struct shape, KERNEL_EDGES; tiles.h */
+#include "cases.h"           /* struct shape, KERNEL_EDGES, GROUPED_EDGES; tiles.h */
 #include "harness_cases.h"   /* HARNESS_CASES: generated from kernels.harness.CASES */
 
 static const char *const ISAS[] = {"generic", "avx2-fma", "avx512"};
@@ -45,11 +49,14 @@ static const char *const ISAS[] = {"generic", "avx2-fma", "avx512"};
 #define TWO_PI 6.283185307179586   /* M_PI is not C11 */
 #define UNWRITTEN 1e30
 
-static const char *const DTYPE_NAMES[] = {"float32", "float64", "bfloat16", "float16"};
-/* of the type each is computed in: the 16-bit inputs are exact in float32, and so is all
-   that is rounded afterwards (the output stays float32) */
-static const double UNIT_ROUNDOFF[] = {0x1p-24, 0x1p-53, 0x1p-24, 0x1p-24};
-static const size_t ITEMSIZE[] = {sizeof(float), sizeof(double), sizeof(uint16_t), sizeof(uint16_t)};
+static const char *const DTYPE_NAMES[] = {"float32", "float64", "bfloat16", "float16", "int8"};
+/* of the type each is computed in: the 16-bit inputs are exact in float32, the int8 cache is
+   compared with its dequantised values (float32's, as the kernel computes them), and all
+   that is rounded afterwards is float32 (the output stays float32) */
+static const double UNIT_ROUNDOFF[] = {0x1p-24, 0x1p-53, 0x1p-24, 0x1p-24, 0x1p-24};
+/* of K and V (Q8: the codes; its q and scales are float32) */
+static const size_t ITEMSIZE[] = {sizeof(float), sizeof(double), sizeof(uint16_t), sizeof(uint16_t),
+                                  sizeof(int8_t)};
 
 /* d and d_v from 1 to WIDTH_MAX, together and crossed, on each path */
 static const struct shape WIDTH_SWEEPS[] = {
@@ -85,10 +92,16 @@ static double standard_normal(uint64_t *state)
     return sqrt(-2 * log(u1)) * cos(TWO_PI * u2);
 }
 
-/* the type of the kernel's output at dtype t: the 16-bit types' is float32 */
+/* the type of the kernel's output at dtype t: the 16-bit types' and int8's is float32 */
 static enum dtype output_type(enum dtype t)
 {
     return t == F64 ? F64 : F32;
+}
+
+/* the type of q at dtype t: the int8 cache's is float32 */
+static enum dtype query_type(enum dtype t)
+{
+    return t == Q8 ? F32 : t;
 }
 
 /* the bits of x rounded to bfloat16, to nearest even (NaN kept quiet) */
@@ -168,31 +181,81 @@ static double typed_at(enum dtype t, const void *p, size_t i)
     }
 }
 
-/* x (batch, rows, cols): seeded standard normals times gain, in dtype t; poisoned if asked */
-static double *make_input(enum dtype t, const struct shape *s, int64_t rows, int64_t cols,
-                          double gain, int poisoned, uint64_t *state)
+/* the row of each head that a poisoned input has NaN or Inf in */
+static int64_t poisoned_row(int64_t rows)
 {
-    const size_t n = (size_t)(s->batch * rows * cols);
+    return rows - 1 < 3 ? rows - 1 : 3;
+}
+
+/* x (heads, rows, cols): seeded standard normals times gain, in dtype t (not Q8); poisoned
+   (NaN, or Inf for INF_Q) at column 1 % cols of poisoned_row in every head if asked */
+static double *make_input(enum dtype t, int64_t heads, int64_t rows, int64_t cols, double gain,
+                          int poisoned, enum poison poison, uint64_t *state)
+{
+    const size_t n = (size_t)(heads * rows * cols);
     double *x = checked_malloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++)
         x[i] = in_dtype(t, gain * standard_normal(state));
     if (poisoned)
-        for (int64_t h = 0; h < s->batch; h++)
-            x[(h * rows + (rows - 1 < 3 ? rows - 1 : 3)) * cols + 1 % cols] =
-                s->poison == INF_Q ? INFINITY : NAN;
+        for (int64_t h = 0; h < heads; h++)
+            x[(h * rows + poisoned_row(rows)) * cols + 1 % cols] = poison == INF_Q ? INFINITY : NAN;
     return x;
 }
 
+/* An int8 K or V (heads, rows, cols): *codes from seeded normals (about 40 per unit,
+   clamped to ±127), *scales one float32 per row, gain / 40 times a factor in [0.5, 1.5)
+   (NaN for poisoned_row of every head if poisoned); returns the values the kernel reads,
+   float32's scale · code, as doubles (NaN across a NaN scale's row). */
+static double *make_int8_input(int64_t heads, int64_t rows, int64_t cols, double gain,
+                               int poisoned, uint64_t *state, int8_t **codes, float **scales)
+{
+    const size_t n = (size_t)(heads * rows * cols);
+    double *x = checked_malloc(n * sizeof *x);
+    *codes = checked_malloc(n);
+    *scales = checked_malloc((size_t)(heads * rows) * sizeof **scales);
+    for (int64_t row = 0; row < heads * rows; row++) {
+        const double factor = 0.5 + (next_random(state) >> 11) * 0x1p-53;
+        (*scales)[row] = poisoned && row % rows == poisoned_row(rows) ? NAN : (float)(gain / 40 * factor);
+        for (int64_t c = 0; c < cols; c++) {
+            const double code = fmax(-127, fmin(127, nearbyint(40 * standard_normal(state))));
+            (*codes)[row * cols + c] = (int8_t)code;
+            const float value = (*scales)[row] * (float)code;   /* one float32 rounding */
+            x[row * cols + c] = value;
+        }
+    }
+    return x;
+}
+
+/* x (heads, rows, cols) of `size`-byte elements with its heads head_rows >= rows rows apart,
+   the rows between filled with copies of the element at fill: malloc'd to end with the last
+   head's last row, as a cache's view [:, :rows] would be read */
+static void *spread_heads(const void *x, size_t size, int64_t heads, int64_t rows, int64_t cols,
+                          int64_t head_rows, const void *fill)
+{
+    const size_t row_bytes = (size_t)cols * size;
+    char *y = checked_malloc(((size_t)((heads - 1) * head_rows + rows)) * row_bytes);
+    for (int64_t h = 0; h < heads; h++) {
+        memcpy(y + (size_t)(h * head_rows) * row_bytes, (const char *)x + (size_t)(h * rows) * row_bytes,
+               (size_t)rows * row_bytes);
+        if (h + 1 < heads)
+            for (int64_t i = rows * cols; i < head_rows * cols; i++)
+                memcpy(y + (size_t)(h * head_rows * cols + i) * size, fill, size);
+    }
+    return y;
+}
+
 /* ref (batch, n_q, d_v) = softmax(scale · q kᵀ) v, bottom-right causal, zeros for a row that
-   sees no key; NaN where a NaN or +inf score reaches a row, as kernels/reference.py has it. */
-static void reference(const struct shape *s, int causal, double scale, const double *q,
-                      const double *k, const double *v, double *ref)
+   sees no key; NaN where a NaN or +inf score reaches a row, as kernels/reference.py has it.
+   Query head h reads head h / group of k (batch / group, n_k, d) and v (.., n_k, d_v). */
+static void reference(const struct shape *s, int64_t group, int causal, double scale,
+                      const double *q, const double *k, const double *v, double *ref)
 {
     const int64_t n_q = s->n_q, n_k = s->n_k, d = s->d, d_v = s->d_v;
     double *scores = checked_malloc((size_t)n_k * sizeof *scores);
     for (int64_t h = 0; h < s->batch; h++)
         for (int64_t i = 0; i < n_q; i++) {
             const double *qi = q + (h * n_q + i) * d;
+            const double *kh = k + h / group * n_k * d, *vh = v + h / group * n_k * d_v;
             double *out = ref + (h * n_q + i) * d_v;
             const int64_t last = causal ? i + n_k - n_q : n_k - 1;   /* keys j <= last */
             const int64_t visible = last < 0 ? 0 : last + 1 > n_k ? n_k : last + 1;
@@ -202,10 +265,9 @@ static void reference(const struct shape *s, int causal, double scale, const dou
             /* pass 1: s_j = scale · q_i · k_j and the row max */
             double m = -INFINITY;
             for (int64_t j = 0; j < visible; j++) {
-                const double *kj = k + (h * n_k + j) * d;
                 double dot = 0;
                 for (int64_t c = 0; c < d; c++)
-                    dot += qi[c] * kj[c];
+                    dot += qi[c] * kh[j * d + c];
                 scores[j] = scale * dot;
                 if (scores[j] > m)   /* false for NaN, which reaches the row through exp */
                     m = scores[j];
@@ -216,7 +278,7 @@ static void reference(const struct shape *s, int causal, double scale, const dou
                 const double p = exp(scores[j] - m);
                 l += p;
                 for (int64_t c = 0; c < d_v; c++)
-                    out[c] += p * v[(h * n_k + j) * d_v + c];
+                    out[c] += p * vh[j * d_v + c];
             }
             for (int64_t c = 0; c < d_v; c++)
                 out[c] /= l;
@@ -239,35 +301,93 @@ static double max_row_norm(const double *x, int64_t rows, int64_t cols)
     return sqrt(most);
 }
 
-/* One shape, causal or not, at one precision: its inputs (as doubles, and as the dtype's
-   arrays the kernel reads, with a copy to find out whether it wrote to them), the reference
-   output, and the tolerance. */
+/* an input as the kernel reads it, and a copy to find out whether it wrote to it */
+struct buffer {
+    void *p, *kept;
+    size_t bytes;
+};
+
+static struct buffer kernel_input(void *p, size_t bytes)
+{
+    struct buffer b = {.p = p, .kept = checked_malloc(bytes ? bytes : 1), .bytes = bytes};
+    memcpy(b.kept, p, bytes);
+    return b;
+}
+
+/* One shape, causal or not, at one precision: its inputs (as doubles, and as the arrays the
+   kernel reads: the dtype's, K and V with their heads kv_rows apart), the reference output,
+   and the tolerance. */
 struct problem {
     const struct shape *s;
     int causal;
     enum dtype t;
+    int64_t group, kv_heads, kv_rows;
     double scale, tolerance, v_max;
-    double *q, *k, *v, *ref;
-    size_t q_len, k_len, v_len, out_len;
-    void *q_t, *k_t, *v_t, *q_kept, *k_kept, *v_kept;
+    double *q, *k, *v, *ref;   /* q (batch, n_q, d); k, v (kv_heads, n_k, ·), as the kernel reads them */
+    size_t out_len;
+    struct buffer q_t, k_t, v_t, k_scale, v_scale;   /* the scales: int8 only */
 };
 
-static struct problem make_problem(const struct shape *s, int causal, enum dtype t, uint64_t seed)
+/* K or V (kv_heads, n_k, cols) at the problem's type, as the kernel reads it (spare rows NaN,
+   or int8 codes 127 with a NaN scale); x the values as doubles (not Q8) */
+static struct buffer kv_input(const struct problem *pr, const double *x, int64_t cols)
+{
+    const size_t elements = (size_t)((pr->kv_heads - 1) * pr->kv_rows + pr->s->n_k) * (size_t)cols;
+    const double nan = NAN;
+    void *compact = typed_copy(pr->t, x, (size_t)(pr->kv_heads * pr->s->n_k * cols));
+    void *fill = typed_copy(pr->t, &nan, 1);
+    void *spread = spread_heads(compact, ITEMSIZE[pr->t], pr->kv_heads, pr->s->n_k, cols, pr->kv_rows, fill);
+    free(compact);
+    free(fill);
+    return kernel_input(spread, typed_bytes(pr->t, elements));
+}
+
+/* an int8 K or V's codes and scales, compact, as the kernel reads them (freed here) */
+static void int8_kv_input(const struct problem *pr, int8_t *codes, float *scales, int64_t cols,
+                          struct buffer *codes_t, struct buffer *scales_t)
+{
+    const int64_t rows = (pr->kv_heads - 1) * pr->kv_rows + pr->s->n_k;
+    const int8_t spare_code = 127;
+    const float spare_scale = NAN;
+    *codes_t = kernel_input(spread_heads(codes, 1, pr->kv_heads, pr->s->n_k, cols, pr->kv_rows, &spare_code),
+                            (size_t)(rows * cols));
+    *scales_t = kernel_input(spread_heads(scales, sizeof(float), pr->kv_heads, pr->s->n_k, 1, pr->kv_rows,
+                                          &spare_scale), (size_t)rows * sizeof(float));
+    free(codes);
+    free(scales);
+}
+
+static struct problem make_problem(const struct shape *s, int64_t group, int64_t kv_spare,
+                                   int causal, enum dtype t, uint64_t seed)
 {
     struct problem pr = {
-        .s = s, .causal = causal, .t = t,
-        .scale = in_dtype(t, 1 / sqrt((double)s->d)),
-        .q_len = (size_t)(s->batch * s->n_q * s->d), .k_len = (size_t)(s->batch * s->n_k * s->d),
-        .v_len = (size_t)(s->batch * s->n_k * s->d_v), .out_len = (size_t)(s->batch * s->n_q * s->d_v),
+        .s = s, .causal = causal, .t = t, .group = group, .kv_heads = s->batch / group,
+        .kv_rows = s->n_k + kv_spare,
+        .scale = in_dtype(query_type(t), 1 / sqrt((double)s->d)),
+        .out_len = (size_t)(s->batch * s->n_q * s->d_v),
     };
     uint64_t state = seed;   /* the same draws at every type */
     const int poison_q = s->poison == NAN_Q || s->poison == INF_Q;
-    pr.q = make_input(t, s, s->n_q, s->d, s->logit_scale, poison_q, &state);
-    pr.k = make_input(t, s, s->n_k, s->d, s->logit_scale, s->poison == NAN_K, &state);
-    pr.v = make_input(t, s, s->n_k, s->d_v, 1, s->poison == NAN_V, &state);
+    pr.q = make_input(query_type(t), s->batch, s->n_q, s->d, s->logit_scale, poison_q, s->poison, &state);
+    pr.q_t = kernel_input(typed_copy(query_type(t), pr.q, (size_t)(s->batch * s->n_q * s->d)),
+                          typed_bytes(query_type(t), (size_t)(s->batch * s->n_q * s->d)));
+    if (t == Q8) {
+        int8_t *codes;
+        float *scales;
+        pr.k = make_int8_input(pr.kv_heads, s->n_k, s->d, s->logit_scale, s->poison == NAN_K, &state,
+                               &codes, &scales);
+        int8_kv_input(&pr, codes, scales, s->d, &pr.k_t, &pr.k_scale);
+        pr.v = make_int8_input(pr.kv_heads, s->n_k, s->d_v, 1, s->poison == NAN_V, &state, &codes, &scales);
+        int8_kv_input(&pr, codes, scales, s->d_v, &pr.v_t, &pr.v_scale);
+    } else {
+        pr.k = make_input(t, pr.kv_heads, s->n_k, s->d, s->logit_scale, s->poison == NAN_K, s->poison, &state);
+        pr.v = make_input(t, pr.kv_heads, s->n_k, s->d_v, 1, s->poison == NAN_V, s->poison, &state);
+        pr.k_t = kv_input(&pr, pr.k, s->d);
+        pr.v_t = kv_input(&pr, pr.v, s->d_v);
+    }
     pr.ref = checked_malloc(pr.out_len * sizeof *pr.ref);
-    reference(s, causal, pr.scale, pr.q, pr.k, pr.v, pr.ref);
-    for (size_t i = 0; i < pr.v_len; i++)
+    reference(s, group, causal, pr.scale, pr.q, pr.k, pr.v, pr.ref);
+    for (size_t i = 0; i < (size_t)(pr.kv_heads * s->n_k * s->d_v); i++)
         if (isfinite(pr.v[i]) && fabs(pr.v[i]) > pr.v_max)
             pr.v_max = fabs(pr.v[i]);
 
@@ -283,60 +403,69 @@ static struct problem make_problem(const struct shape *s, int causal, enum dtype
        terms. It is a bound, not the harness's tighter budget (precision is `make verify`'s
        job), and loose: the worst error seen is about 1% of it. A wrong index is off by
        O(max|v|); one leaked key moves a row by about max|v| / (the keys the row sees), which
-       only the largest shapes here bring near the float32 tolerance, none near float64's. */
+       only the largest shapes here bring near the float32 tolerance, none near float64's.
+       (int8: the reference's K and V are the dequantised values the kernel computes with.) */
     const double magnitude = pr.scale * max_row_norm(pr.q, s->batch * s->n_q, s->d)
-                                      * max_row_norm(pr.k, s->batch * s->n_k, s->d);
+                                      * max_row_norm(pr.k, pr.kv_heads * s->n_k, s->d);
     pr.tolerance = 4 * UNIT_ROUNDOFF[t] * ((s->d + 1) * magnitude + s->n_k + 8);
-
-    pr.q_t = typed_copy(t, pr.q, pr.q_len), pr.q_kept = typed_copy(t, pr.q, pr.q_len);
-    pr.k_t = typed_copy(t, pr.k, pr.k_len), pr.k_kept = typed_copy(t, pr.k, pr.k_len);
-    pr.v_t = typed_copy(t, pr.v, pr.v_len), pr.v_kept = typed_copy(t, pr.v, pr.v_len);
     return pr;
+}
+
+static void free_buffer(struct buffer *b)
+{
+    free(b->p);
+    free(b->kept);
 }
 
 static void free_problem(struct problem *pr)
 {
-    void *buffers[] = {pr->q, pr->k, pr->v, pr->ref, pr->q_t, pr->k_t, pr->v_t,
-                       pr->q_kept, pr->k_kept, pr->v_kept};
+    void *arrays[] = {pr->q, pr->k, pr->v, pr->ref};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        free(arrays[i]);
+    struct buffer *buffers[] = {&pr->q_t, &pr->k_t, &pr->v_t, &pr->k_scale, &pr->v_scale};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
-        free(buffers[i]);
+        free_buffer(buffers[i]);
 }
 
 static int inputs_kept(const struct problem *pr)
 {
-    return memcmp(pr->q_t, pr->q_kept, typed_bytes(pr->t, pr->q_len)) == 0
-        && memcmp(pr->k_t, pr->k_kept, typed_bytes(pr->t, pr->k_len)) == 0
-        && memcmp(pr->v_t, pr->v_kept, typed_bytes(pr->t, pr->v_len)) == 0;
+    const struct buffer *buffers[] = {&pr->q_t, &pr->k_t, &pr->v_t, &pr->k_scale, &pr->v_scale};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        if (buffers[i]->p && memcmp(buffers[i]->p, buffers[i]->kept, buffers[i]->bytes) != 0)
+            return 0;
+    return 1;
 }
 
 static void report_failure(const struct problem *pr, int isa, int threads, const char *what)
 {
     const struct shape *s = pr->s;
     failures++;
-    printf("FAIL %s %s threads=%d %s (batch=%lld n_q=%lld n_k=%lld d=%lld d_v=%lld)%s: %s\n",
-           ISAS[isa], DTYPE_NAMES[pr->t], threads, s->name, (long long)s->batch,
-           (long long)s->n_q, (long long)s->n_k, (long long)s->d, (long long)s->d_v,
-           pr->causal ? " causal" : "", what);
+    printf("FAIL %s %s threads=%d %s (batch=%lld group=%lld n_q=%lld n_k=%lld kv_rows=%lld d=%lld "
+           "d_v=%lld)%s: %s\n", ISAS[isa], DTYPE_NAMES[pr->t], threads, s->name, (long long)s->batch,
+           (long long)pr->group, (long long)s->n_q, (long long)s->n_k, (long long)pr->kv_rows,
+           (long long)s->d, (long long)s->d_v, pr->causal ? " causal" : "", what);
 }
 
-/* attn_forward_<t> on the problem's typed inputs */
+/* attn_forward_<t> on the problem's kernel inputs */
 static int forward(const struct problem *pr, void *out, int threads)
 {
     const struct shape *s = pr->s;
+    const void *q = pr->q_t.p, *k = pr->k_t.p, *v = pr->v_t.p;
+#define SHAPE s->batch, pr->group, s->n_q, s->n_k, pr->kv_rows, s->d, s->d_v, pr->causal
     switch (pr->t) {
     case F32:
-        return attn_forward_f32(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d,
-                                s->d_v, pr->causal, (float)pr->scale, threads);
+        return attn_forward_f32(q, k, v, out, SHAPE, (float)pr->scale, threads);
     case BF16:
-        return attn_forward_bf16(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d,
-                                 s->d_v, pr->causal, (float)pr->scale, threads);
+        return attn_forward_bf16(q, k, v, out, SHAPE, (float)pr->scale, threads);
     case F16:
-        return attn_forward_f16(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d,
-                                s->d_v, pr->causal, (float)pr->scale, threads);
+        return attn_forward_f16(q, k, v, out, SHAPE, (float)pr->scale, threads);
+    case Q8:
+        return attn_forward_q8(q, k, pr->k_scale.p, v, pr->v_scale.p, out, SHAPE, (float)pr->scale,
+                               threads);
     default:
-        return attn_forward_f64(pr->q_t, pr->k_t, pr->v_t, out, s->batch, s->n_q, s->n_k, s->d,
-                                s->d_v, pr->causal, pr->scale, threads);
+        return attn_forward_f64(q, k, v, out, SHAPE, pr->scale, threads);
     }
+#undef SHAPE
 }
 
 /* Run the selected ISA on one problem and report a failure; returns the worst error /
@@ -389,15 +518,16 @@ static double check_call(const struct problem *pr, int isa, int threads)
     return worst;
 }
 
-/* One shape, causal and not, at every type, on every available ISA and thread count. */
-static void check_shape(const struct shape *s, uint64_t seed)
+/* One shape, causal and not, at every type, on every available ISA and thread count; group
+   query heads per K/V head, the K/V heads n_k + kv_spare rows apart. */
+static void check_shape(const struct shape *s, int64_t group, int64_t kv_spare, uint64_t seed)
 {
     const double flops = 2.0 * s->batch * s->n_q * s->n_k * (double)(s->d + s->d_v);
     for (int causal = 0; causal <= 1; causal++)
         for (enum dtype t = F32; t < N_DTYPES; t++) {
             if (s->skip_dtypes & 1u << t)
                 continue;
-            struct problem pr = make_problem(s, causal, t, seed);
+            struct problem pr = make_problem(s, group, kv_spare, causal, t, seed);
             for (int isa = 0; isa < N_ISAS; isa++) {
                 if (!isa_available[isa])
                     continue;
@@ -435,16 +565,18 @@ int main(void)
 
     uint64_t seed = 1;
     for (size_t i = 0; i < sizeof HARNESS_CASES / sizeof HARNESS_CASES[0]; i++)
-        check_shape(&HARNESS_CASES[i], seed++);
+        check_shape(&HARNESS_CASES[i], 1, 0, seed++);
     for (size_t i = 0; i < sizeof KERNEL_EDGES / sizeof KERNEL_EDGES[0]; i++)
-        check_shape(&KERNEL_EDGES[i], seed++);
+        check_shape(&KERNEL_EDGES[i], 1, 0, seed++);
+    for (size_t i = 0; i < sizeof GROUPED_EDGES / sizeof GROUPED_EDGES[0]; i++)
+        check_shape(&GROUPED_EDGES[i].shape, GROUPED_EDGES[i].group, GROUPED_EDGES[i].kv_spare, seed++);
     for (size_t i = 0; i < sizeof WIDTH_SWEEPS / sizeof WIDTH_SWEEPS[0]; i++)
         for (int64_t width = 1; width <= WIDTH_MAX; width++) {
             struct shape s = WIDTH_SWEEPS[i];
             s.d = s.d_v = width;
-            check_shape(&s, seed++);
+            check_shape(&s, 1, 0, seed++);
             s.d_v = WIDTH_MAX + 1 - width;
-            check_shape(&s, seed++);
+            check_shape(&s, 1, 0, seed++);
         }
 
     printf("calls by path, and in brackets those of at least %g flops (threaded if threads > 1)\n",

@@ -25,7 +25,7 @@ time into a scratch block (KEY_BLOCK x max(d, d_v) float32), each row once for a
 group's rows; never a widened copy of the cache.  Everything after is float32, as for
 float32 inputs; only the output is rounded (by the API).  An int8 cache (``run`` with
 scales: q float32, k and v int8 with one float32 scale per row) is read the same way, a
-block of rows dequantised (scale · code, exact in float32) into the scratch block: 1 byte
+block of rows dequantised (scale · code, rounded once) into the scratch block: 1 byte
 per element and 4 per row read.  Cost: O(n_q · d + n_k · (d + d_v)) widening per K/V
 head, beside its O(group · n_q · n_k · (d + d_v)) products; with one query the two are of
 one order (decoding is memory-bound), but the rows read are half or a quarter as wide.
@@ -63,7 +63,8 @@ CALL = np.dtype([
 def cache_rows(src, scales, first, count, scratch, fmt):
     """(rows, start), rows[start + j] = src[first + j] in the compute type for j < count:
     ``rows_in_compute_type``'s, or an int8 src's rows dequantised into scratch,
-    scales[first + j] · src[first + j] (exact in float32: an 8-bit integer times a float32)."""
+    scales[first + j] · src[first + j], each product rounded once to float32 (as
+    ``CacheFormat.decode`` and c_tiled round it)."""
     raise NotImplementedError("cache_rows is only callable from jitted code")
 
 

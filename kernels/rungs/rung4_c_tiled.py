@@ -18,15 +18,24 @@ The (batch·head, query tile) pairs are the tasks of the project's thread pool
 start, heaviest causal tiles first, and helper threads join when they are awake, so a
 call never waits for a thread that has not started; it runs without the GIL (cffi API
 mode).
-Decoding (at most 4 query rows per head) takes a split-KV path instead: each head's keys
-are cut into chunks, (head, chunk) tasks stream K and V once with SIMD along d and keep a
-partial (max, sum, accumulator) per row, merged per row at the end.  A call under 2e5
-flops runs on the calling thread without waking a helper.  The SIMD path is
-chosen at run time, the best the CPU has (``isa``/``use_isa``): AVX-512 (F, VL), then
-AVX2 + FMA, then a portable C path.
+Decoding (at most 4 query rows per head) takes a split-KV path instead: each K/V head's
+keys are cut into chunks, (K/V head, chunk) tasks stream K and V once with SIMD along d
+and keep a partial (max, sum, accumulator) per query row of the head's group, merged per
+row at the end.  A call under 2e5 flops runs on the calling thread without waking a
+helper.  The SIMD path is chosen at run time, the best the CPU has (``isa``/``use_isa``):
+AVX-512 (F, VL), then AVX2 + FMA, then a portable C path.
 
-Shapes: q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v) -> out (B, n_q, d_v),
+Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v),
 float32 or float64 (accumulated in the same precision); B is batch and heads flattened.
+Grouped-query attention: B_kv divides B, and query head h attends to K/V head
+h // (B / B_kv) (B_kv = B: one K/V head per query head; B_kv = 1: multi-query).  K and V
+are read in place with a head stride: each head's rows C-contiguous, heads kv_rows >= n_k
+rows apart, so that a KV cache's buffers (B_kv, capacity, d) viewed as [:, :n_k] are never
+copied (other layouts are copied to C order first).  The decode path takes the group's
+query heads of one K/V head together, as group · n_q rows of one head, so each K/V head
+is read from memory once per call, not once per query head: with 4 query heads per K/V
+head a decode step reads a quarter of the bytes.  The query-tile path points each
+(query head, tile) task at its K/V head (bound by its products there, not by the reads).
 bfloat16 and float16: each tile of Q, K and V is widened exactly to float32 as it is
 packed (csrc/widen.c: F16C's vcvtph2ps and a 16-bit shift for bfloat16 on AVX2, their
 AVX-512 forms, scalar code on the generic path), and from there the float32 tile
@@ -35,7 +44,23 @@ output written in float32 and rounded once by the API.  The widening is O(n·(d 
 query tile beside its O(n·tile·(d + d_v)) products; what the 16-bit types save is half
 the bytes read.  (A bfloat16 dot-product path, vdpbf16ps on CPUs with AVX512-BF16, is not
 built yet.)
-Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
+int8 KV cache (``run_int8``): k and v int8 with one float32 scale per row (token and K/V
+head), key j = k_scale[j] · k[j] rounded once to float32; q and out float32.  Read in
+place, 1 byte per element plus 4 bytes per row of scales, a quarter of float32's bytes
+at d = 64 (plus 3%), never dequantised as a whole: decoding, the row operations convert
+each element as they load it (vpmovsxbd, vcvtdq2ps, a multiply by the row's scale) when a
+K/V head has up to 4 query rows (the 16-bit types always: vcvtph2ps, or a shift); with
+more (8 query heads on one K/V head, say), each block of 64 rows is dequantised once into
+per-thread scratch for all of them, and the query-tile path dequantises each key tile as
+it packs it.  The float32 operations then run unchanged, so the result is bit
+for bit float32's on the dequantised cache (a NaN scale makes its row NaN).
+Measured (2-core AMD EPYC, AVX2, 2 threads, one query, 8 query heads, d = 64,
+n_k = 65536, medians of 30 calls): float32 with 8 K/V heads 17 ms (268 MB at 16 GB/s),
+with 2 K/V heads 4.5 ms (3.8x); float16 with 8 K/V heads 8.6 ms (2.0x); int8 with 8 K/V
+heads 5.3 ms (3.2x), with 2 K/V heads 3.7 ms (4.6x float32's 8): bound there by its
+conversions and products (36 GFLOP/s, a fifth of the FMA peak), not by the 18 MB read.
+Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal); decoding is bound
+by the bytes read, B_kv · n_k · (d + d_v) elements (int8: plus 8 bytes of scales a row);
 extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
 block per thread per call, holding a query tile, its output accumulator, the packed K
 and V tiles and one panel × key tile of scores.
@@ -49,7 +74,7 @@ precision by csrc/tile_ops_{avx512,avx2}_{f32,f64}.c), csrc/tile_ops_generic_tem
 """
 import numpy as np
 
-from ..api import ExtensionNotBuilt
+from ..api import ExtensionNotBuilt, kv_layout
 from ..dtypes import FLOATS
 from ..threads import budget
 
@@ -61,29 +86,79 @@ except ImportError as missing:  # not built, or built for another interpreter
 # the names isa() reports, and "auto"
 _ISA_NAMES = ("auto", "avx512", "avx2-fma", "generic")
 
-# dtype -> (the C entry point, its input pointer type, its output's), from the dtype table
+# dtype -> (the C entry point, its input pointer type, its output's, the output's dtype),
+# from the dtype table (looked up by dtype: dtype.name is Python code, microseconds a call)
 _FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer,
-                        FLOATS[row.compute.name].c_pointer) for row in FLOATS.values()}
+                        FLOATS[row.compute.name].c_pointer, row.compute) for row in FLOATS.values()}
+_F32, _I8 = np.dtype(np.float32), np.dtype(np.int8)
 
 
 def run(q, k, v, out, causal, scale):
-    """q (B, n_q, d), k (B, n_k, d), v (B, n_k, d_v): C-contiguous, one dtype of the table,
-    already validated; out (B, n_q, d_v) of its compute type (float32 for the 16-bit
-    types, which go to C as their bits). Writes every element of out."""
-    forward, pointer, out_pointer = _FORWARD[q.dtype]
-    if out.dtype != FLOATS[q.dtype.name].compute:   # C would write past a narrower out
-        raise TypeError(f"c_tiled: out must be {FLOATS[q.dtype.name].compute} for {q.dtype} inputs, got {out.dtype}")
-    batch, n_q, d = q.shape
-    n_k, d_v = v.shape[1], v.shape[2]
+    """q (B, n_q, d) C-contiguous; k (B_kv, n_k, d), v (B_kv, n_k, d_v) with B a multiple of
+    B_kv (query head h reads K/V head h // (B // B_kv)), each with C-contiguous rows and
+    its heads kv_rows >= n_k rows apart, the same for both (a cache's buffers viewed as
+    [:, :n_k]; any other layout is first copied to C order, O(B_kv · n_k · (d + d_v)));
+    one dtype of the table, already validated; out (B, n_q, d_v) C-contiguous, of its
+    compute type (float32 for the 16-bit types, which go to C as their bits).  Writes
+    every element of out."""
+    forward, pointer, out_pointer, compute = _FORWARD[q.dtype]
+    if out.dtype != compute:   # C would write past a narrower out
+        raise TypeError(f"c_tiled: out must be {compute} for {q.dtype} inputs, got {out.dtype}")
+    k, v, kv_rows = kv_layout(k, v)
     if q.dtype.itemsize == 2:  # bfloat16's dtype has no buffer-protocol format: pass the bits
         q, k, v = (x.view(np.uint16) for x in (q, k, v))
+    _call(forward, q, pointer, ((k, pointer), (v, pointer)), v.shape, out, out_pointer, kv_rows,
+          causal, scale)
+
+
+def run_int8(q, k, k_scale, v, v_scale, out, causal, scale):
+    """Attention against an int8 KV cache, read in place: q float32 (B, n_q, d)
+    C-contiguous; k int8 (B_kv, n_k, d) with k_scale float32 (B_kv, n_k), key j of K/V head
+    g being k_scale[g, j] · k[g, j] (rounded once to float32; a NaN scale makes the row
+    NaN), v int8 (B_kv, n_k, d_v) with v_scale alike; out float32 (B, n_q, d_v)
+    C-contiguous.  The four K/V arrays need C-contiguous rows and one head stride of
+    kv_rows >= n_k rows (views [:, :n_k] of a cache's (B_kv, capacity, ·) buffers);
+    otherwise all four are first copied to C order.  The result is bit for bit ``run``'s
+    on the dequantised float32 K and V; what it saves is the bytes read: n_k · (d + d_v)
+    bytes and 8 · n_k of scales per K/V head, against 4 · n_k · (d + d_v) for float32."""
+    for name, x, dtype in (("q", q, _F32), ("k", k, _I8), ("k_scale", k_scale, _F32),
+                           ("v", v, _I8), ("v_scale", v_scale, _F32), ("out", out, _F32)):
+        if x.dtype != dtype:   # C would read or write the wrong widths
+            raise TypeError(f"c_tiled int8 cache: {name} must be {dtype}, got {x.dtype}")
+    k, v, kv_rows = kv_layout(k, v)
+    if not (_scales_fit(k_scale, kv_rows) and _scales_fit(v_scale, kv_rows)):
+        k, k_scale, v, v_scale = map(np.ascontiguousarray, (k, k_scale, v, v_scale))
+        kv_rows = k.shape[1]
+    _call(lib.attn_forward_q8, q, "float *",
+          ((k, "int8_t *"), (k_scale, "float *"), (v, "int8_t *"), (v_scale, "float *")), v.shape,
+          out, "float *", kv_rows, causal, scale)
+
+
+def _scales_fit(scales, kv_rows):
+    """Whether scales (B_kv, n_k) float32 lie as the int8 rows do: contiguous within a head,
+    heads kv_rows apart (a cache's always do)."""
+    heads, n_k = scales.shape
+    return (n_k <= 1 or scales.strides[1] == 4) and (heads == 1 or scales.strides[0] == 4 * kv_rows)
+
+
+def _call(forward, q, q_pointer, kv, v_shape, out, out_pointer, kv_rows, causal, scale):
+    """forward(q, *kv, out, B, group, n_q, n_k, kv_rows, d, d_v, causal, scale, threads),
+    kv: (array, C pointer type) pairs in forward's order (k, [k_scale,] v, [v_scale]),
+    v_shape v's, (B_kv, n_k, d_v); passed by address (a view with a head stride has no
+    contiguous buffer for ffi.from_buffer); the caller's frame keeps them alive for the
+    call.  q and out must be C-contiguous (from_buffer refuses them otherwise)."""
+    batch, n_q, d = q.shape
+    kv_heads, n_k, d_v = v_shape
+    if kv_heads == 0 or batch % kv_heads:
+        raise ValueError(f"c_tiled: {batch} query heads are not a multiple of {kv_heads} K/V heads")
     status = forward(
-        ffi.cast(pointer, ffi.from_buffer(q)),
-        ffi.cast(pointer, ffi.from_buffer(k)),
-        ffi.cast(pointer, ffi.from_buffer(v)),
+        ffi.cast(q_pointer, ffi.from_buffer(q)),
+        *(ffi.cast(pointer, x.ctypes.data) for x, pointer in kv),
         ffi.cast(out_pointer, ffi.from_buffer(out, require_writable=True)),
-        batch, n_q, n_k, d, d_v, bool(causal), scale, budget(),
+        batch, batch // kv_heads, n_q, n_k, kv_rows, d, d_v, bool(causal), scale, budget(),
     )
+    if status < 0:
+        raise ValueError(f"c_tiled: K/V heads {kv_rows} rows apart hold fewer than n_k={n_k} keys")
     if status != 0:
         raise MemoryError(
             f"c_tiled: could not allocate per-thread scratch tiles "
