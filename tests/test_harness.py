@@ -7,7 +7,7 @@ import pytest
 
 from kernels import harness
 from kernels.dtypes import FLOATS, HALF
-from kernels.reference import reference_attention
+from kernels.reference import expand_kv, reference_attention
 
 U = FLOATS["float32"].unit_roundoff
 
@@ -66,6 +66,7 @@ def half_model(q, k, v, causal, dtype, bug=None):
     output rounded to ``dtype``: the two roundings the budget allows.  ``bug``: "scores in
     half" rounds the scores to ``dtype`` too; "drops a key" leaves out every row's last key."""
     q, k, v = (x.astype(np.float32) for x in (q, k, v))
+    k, v = expand_kv(q, k), expand_kv(q, v)   # grouped cases: each query head's K/V head
     scores = q @ np.swapaxes(k, -1, -2) / np.float32(np.sqrt(q.shape[-1]))
     if bug == "scores in half":
         scores = scores.astype(dtype).astype(np.float32)
