@@ -17,7 +17,7 @@ PEERS = {peer.name: (peer, packages) for peer, packages in registry._peers()}
 GROUPS = (1, 4)
 KV_HEADS = 3     # B_kv: odd, so that a wrong head mapping cannot land on the right head
 D, D_V = 16, 16
-# float32 and the half types: what the brief of each peer's grouped calls covers
+# float32 and the half types: each type a peer takes, grouped
 TYPES = ("float32",) + HALF
 
 
