@@ -306,41 +306,61 @@ static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int
     return read_ahead_of((const char *)(x + row0 * width) + from, to - from);
 }
 
-#ifdef KV_ROW_OPS
-/* attend_key_chunk's step for one query row (q_row, state) over the block of keys
-   [j, j + keys) of K/V head kv, read in place through the row operations `direct`, which
-   also fetch the next block (next_keys rows) into L2 as they go; s holds DECODE_KEY_BLOCK
-   scores */
-static void SUFFIX(attend_block_direct)(const TILE_OPS_T *ops, const struct row_ops_f32 *direct,
-                                        const struct shape *sh, real scale, const real *q_row,
-                                        const struct SUFFIX(kv) *kv, int64_t j, int64_t keys,
-                                        int64_t next_keys, int64_t part, int64_t parts,
-                                        real *state, real *s)
+/* attend_key_chunk's step for n <= ROW_GROUP query rows q (n, d) that see the same keys
+   [jb, jb + keys) of K/V head kv, their states state (n, stride): through the row
+   operations, over k_rows and v_rows (the block's rows as real: in place, or staged), or,
+   when they are NULL, over kv's rows in place through `direct` (KV_ROW_OPS), which converts
+   as it loads. Each also fetches slice `part` of `parts` of the next block (next_keys rows)
+   into L2 as it goes; s (ROW_GROUP, DECODE_KEY_BLOCK) holds the scores, alpha (ROW_GROUP)
+   the rescalings. */
+static void SUFFIX(attend_rows)(const TILE_OPS_T *ops, const struct shape *sh, real scale, const real *q,
+                                const struct SUFFIX(kv) *kv, const real *k_rows, const real *v_rows,
+                                int64_t jb, int64_t keys, int64_t n, int64_t next_keys,
+                                int64_t part, int64_t parts, real *state, real *s, real *alpha)
 {
-    const int64_t d = sh->d, d_v = sh->d_v;
-    direct->qk_row(kv->k + j * d, kv->k_scale ? kv->k_scale + j : NULL, keys, d, q_row, scale, s,
-                   SUFFIX(rows_ahead)(kv->k, d, j + keys, next_keys, part, parts));
-    const real alpha = ops->online_softmax_row(s, keys, state + PARTIAL_M, state + PARTIAL_L);
-    direct->pv_row(s, kv->v + j * d_v, kv->v_scale ? kv->v_scale + j : NULL, keys, d_v, alpha,
-                   state + PARTIAL_ACC, SUFFIX(rows_ahead)(kv->v, d_v, j + keys, next_keys, part, parts));
-}
+    const int64_t d = sh->d, d_v = sh->d_v, stride = d_v + PARTIAL_ACC;
+    /* The next block's K and V rows, a slice per call, fetched into L2 by the row
+       operations as they compute (tile_ops.h, struct read_ahead): measured, 2 threads,
+       n_k = 65536, d = 64, float32, 8 query heads on 2 K/V heads 8.4 -> 5.2 ms, on 8
+       25 -> 20 ms. (The scales, 4 bytes a row, are left to the hardware prefetchers.) */
+    const struct read_ahead k_ahead = SUFFIX(rows_ahead)(kv->k, d, jb + keys, next_keys, part, parts);
+    const struct read_ahead v_ahead = SUFFIX(rows_ahead)(kv->v, d_v, jb + keys, next_keys, part, parts);
+#ifdef KV_ROW_OPS
+    const struct row_ops_f32 *direct = &ops->KV_ROW_OPS;
+    if (!k_rows)
+        direct->qk_rows(kv->k + jb * d, kv->k_scale ? kv->k_scale + jb : NULL, keys, d, q, n, scale, s,
+                        DECODE_KEY_BLOCK, k_ahead);
+    else
 #endif
+        ops->qk_rows(k_rows, keys, d, q, n, scale, s, DECODE_KEY_BLOCK, k_ahead);   /* S = scale · Q Kᵀ */
+    for (int64_t r = 0; r < n; r++)
+        alpha[r] = ops->online_softmax_row(s + r * DECODE_KEY_BLOCK, keys, state + r * stride + PARTIAL_M,
+                                           state + r * stride + PARTIAL_L);
+#ifdef KV_ROW_OPS
+    if (!v_rows)
+        direct->pv_rows(s, DECODE_KEY_BLOCK, kv->v + jb * d_v, kv->v_scale ? kv->v_scale + jb : NULL, keys,
+                        d_v, alpha, state + PARTIAL_ACC, stride, n, v_ahead);
+    else
+#endif
+        ops->pv_rows(s, DECODE_KEY_BLOCK, v_rows, keys, d_v, alpha, state + PARTIAL_ACC, stride, n,
+                     v_ahead);                                                        /* acc = alpha acc + PV */
+}
 
 /* partial (group · n_q, d_v + 2): the state of each query row of one K/V head's group (row
    r: query index r % n_q of query head r / n_q of the group) over the keys [j0, j1) of one
-   chunk that the row sees, in blocks of DECODE_KEY_BLOCK keys (each K and V row is read
-   from memory once; the other rows find it in cache). Rows that see none of the chunk are
-   left unwritten: merge_chunks does not read them. staging holds SUFFIX(decode_staging)
-   values: the group's queries and a block's K and V rows, converted to real when they are
-   not (16-bit, int8). */
+   chunk that the row sees, in blocks of DECODE_KEY_BLOCK keys, ROW_GROUP rows at a time
+   (each K and V row is read from memory once, and each of its vectors loaded once per
+   ROW_GROUP rows). Rows that see none of the chunk are left unwritten: merge_chunks does not
+   read them. staging holds SUFFIX(decode_staging) values: the group's queries and a block's
+   K and V rows, converted to real when they are not (16-bit, int8) and not read in place. */
 static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *sh,
                                      real scale, const q_elem *q, const struct SUFFIX(kv) *kv,
                                      int64_t j0, int64_t j1, real *partial, real *staging)
 {
     const int64_t d = sh->d, d_v = sh->d_v, stride = d_v + PARTIAL_ACC;
-    const int64_t rows = sh->group * sh->n_q;
+    const int64_t rows = sh->group * sh->n_q, parts = ceil_div(rows, ROW_GROUP);
     _Static_assert(DECODE_KEY_BLOCK % ROW_KEY_PAD == 0, "online_softmax_row pads s to ROW_KEY_PAD");
-    real s[DECODE_KEY_BLOCK];
+    real s[ROW_GROUP * DECODE_KEY_BLOCK], alpha[ROW_GROUP];
     for (int64_t r = 0; r < rows; r++) {
         real *state = partial + r * stride;
         state[PARTIAL_M] = -INFINITY;
@@ -350,51 +370,35 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
     const real *q_rows = SUFFIX(q_as_real)(q, rows * d, staging);
     real *k_staging = staging + Q_STAGED * rows * d;
     real *v_staging = k_staging + KV_STAGED * DECODE_KEY_BLOCK * d;
+    /* With KV_ROW_OPS and up to KV_ROW_OPS_MAX_ROWS query rows, K and V are read in place by
+       row operations that convert each element as they load it (struct row_ops_f32), which
+       spares storing the converted block and loading it back (measured, 2 threads, 8 heads
+       of one query row, n_k = 65536, d = 64: int8 8.4 -> 4.7 ms, float16 11.4 -> 8.4 ms);
+       beyond, the rows share one conversion into staging (attention.c says which, per
+       type). Not on the generic ISA, which has no such operations. */
+    int direct = 0;
 #ifdef KV_ROW_OPS
-    /* Up to KV_ROW_OPS_MAX_ROWS query rows: the rows read in place by operations that
-       convert each element as they load it (struct row_ops_f32), which spares storing the
-       converted block and loading it back (measured, 2 threads, 8 heads of one query row,
-       n_k = 65536, d = 64: int8 8.4 -> 4.7 ms, float16 11.4 -> 8.4 ms); beyond, the rows
-       share one conversion into staging (attention.c says which, per type). NULL: the ISA
-       has no such operations (generic). */
-    const struct row_ops_f32 *direct =
-        rows <= KV_ROW_OPS_MAX_ROWS && ops->KV_ROW_OPS.qk_row ? &ops->KV_ROW_OPS : NULL;
+    direct = rows <= KV_ROW_OPS_MAX_ROWS && ops->KV_ROW_OPS.qk_rows;
 #endif
     /* the keys the last query index sees, the most any row sees */
     const int64_t seen = min_i64(j1, visible_keys(sh, sh->n_q - 1));
     for (int64_t jb = j0; jb < seen; jb += DECODE_KEY_BLOCK) {
         const int64_t block_end = min_i64(seen, jb + DECODE_KEY_BLOCK);
         const int64_t next_keys = min_i64(DECODE_KEY_BLOCK, seen - block_end);
-#ifdef KV_ROW_OPS
-        if (direct) {
-            for (int64_t r = 0; r < rows; r++) {
-                const int64_t keys = min_i64(block_end, visible_keys(sh, r % sh->n_q)) - jb;
-                if (keys > 0)
-                    SUFFIX(attend_block_direct)(ops, direct, sh, scale, q_rows + r * d, kv, jb, keys,
-                                                next_keys, r, rows, partial + r * stride, s);
-            }
-            continue;
-        }
-#endif
-        const real *k_rows = SUFFIX(kv_as_real)(kv->k, kv->k_scale, jb, block_end - jb, d, k_staging);
-        const real *v_rows = SUFFIX(kv_as_real)(kv->v, kv->v_scale, jb, block_end - jb, d_v, v_staging);
-        for (int64_t r = 0; r < rows; r++) {
-            /* the block's keys row r sees: a masked key is never read, not even with weight 0 */
+        /* real K and V in place, others staged; NULL: read in place by the direct operations */
+        const real *k_rows = direct ? NULL : SUFFIX(kv_as_real)(kv->k, kv->k_scale, jb, block_end - jb, d, k_staging);
+        const real *v_rows = direct ? NULL : SUFFIX(kv_as_real)(kv->v, kv->v_scale, jb, block_end - jb, d_v, v_staging);
+        for (int64_t r = 0, n; r < rows; r += n) {
+            /* the block's keys row r sees: a masked key is never read, not even with weight
+               0; the rows after it that see as many join its call */
             const int64_t keys = min_i64(block_end, visible_keys(sh, r % sh->n_q)) - jb;
-            if (keys <= 0)
-                continue;
-            real *state = partial + r * stride;
-            /* The next block's K and V rows, a slice per row, fetched into L2 by the row
-               operations as they compute (tile_ops.h, struct read_ahead): measured, 2 threads,
-               n_k = 65536, d = 64, float32, 8 query heads on 2 K/V heads 8.4 -> 5.2 ms, on 8
-               25 -> 20 ms; int8 staged for several rows, bound by its conversion there,
-               neither gained nor lost.  (The scales, 4 bytes a row, are left to the hardware
-               prefetchers.) */
-            const struct read_ahead k_ahead = SUFFIX(rows_ahead)(kv->k, d, block_end, next_keys, r, rows);
-            const struct read_ahead v_ahead = SUFFIX(rows_ahead)(kv->v, d_v, block_end, next_keys, r, rows);
-            ops->qk_row(k_rows, keys, d, q_rows + r * d, scale, s, k_ahead);           /* s = scale · K q */
-            const real alpha = ops->online_softmax_row(s, keys, state + PARTIAL_M, state + PARTIAL_L);
-            ops->pv_row(s, v_rows, keys, d_v, alpha, state + PARTIAL_ACC, v_ahead);   /* acc = alpha acc + pᵀV */
+            for (n = 1; n < ROW_GROUP && r + n < rows; n++)
+                if (min_i64(block_end, visible_keys(sh, (r + n) % sh->n_q)) - jb != keys)
+                    break;
+            if (keys > 0)
+                SUFFIX(attend_rows)(ops, sh, scale, q_rows + r * d, kv, k_rows, v_rows, jb, keys, n,
+                                    next_keys, min_i64(r / ROW_GROUP, parts - 1), parts, partial + r * stride,
+                                    s, alpha);
         }
     }
 }

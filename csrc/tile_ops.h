@@ -30,14 +30,16 @@
    diagonal tile.
 
    The row operations serve the split-KV (decode) path, where a head has too few queries
-   to fill a panel: one query row q (d) meets a block of keys straight from the input (or,
-   converted types, from staging; with one query row, rows of bfloat16, float16 or int8
-   read in place through struct row_ops_f32; tile_ops_row_template.h holds both),
-     s (keys) = scale · K (keys, d) · q                          qk_row
-     online softmax of s as above, for this one row               online_softmax_row
-     acc (d_v) = alpha · acc + pᵀ V (keys, d_v)                   pv_row
-   Every key of the block is one the row sees: the driver cuts the block at the row's
-   causal limit, so a masked key is never read.  Each also takes a read-ahead: bytes of
+   to fill a panel: up to ROW_GROUP query rows Q (rows, d) that see the same keys (a group's
+   query heads over their K/V head) meet a block of keys straight from the input (or,
+   converted types, from staging, or, rows of bfloat16, float16 or int8, read in place
+   through struct row_ops_f32; tile_ops_row_template.h holds both), each K and V vector
+   loaded once for all the rows:
+     S (rows, s_stride) = scale · Q · Kᵀ (keys, d)                     qk_rows
+     online softmax of one row of S as above                            online_softmax_row
+     acc_r (d_v) = alpha_r · acc_r + p_rᵀ V (keys, d_v), for each row   pv_rows
+   Every key of the block is one the rows see: the driver cuts the block at their causal
+   limit, so a masked key is never read.  Each also takes a read-ahead: bytes of
    the next block (struct read_ahead) that it fetches into L2 a few lines per step of its
    loop over the keys, so that memory is busy while it computes on cached rows. */
 #ifndef ATTNBENCH_TILE_OPS_H
@@ -52,6 +54,8 @@
 #define COL_BLOCK 8
 #define ROW_KEY_PAD 16   /* online_softmax_row's s holds round_up(keys, ROW_KEY_PAD) values:
                             whole vectors of every ISA */
+#define ROW_GROUP 4      /* query rows per qk_rows / pv_rows call: each K and V vector loaded
+                            meets up to 4 rows (8 FMA chains of ROW_KEYS / 4 keys × 4 rows) */
 
 /* Index arithmetic, shared by the driver and the tile operations. */
 static inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -122,18 +126,18 @@ static inline void read_ahead_step(struct read_ahead *ahead)
         __builtin_prefetch(ahead->base + ahead->offset, 0, 2);
 }
 
-/* qk_row and pv_row (below) over K or V rows kept in another format (bfloat16, float16 bits,
-   or int8 with a float scale per row, scale NULL otherwise), each element converted to float
-   as it is loaded, exactly as struct widen_ops converts it, so the results are those of the
-   float rows' operations on widen_ops' output. The split-KV path uses them when one query
-   row reads the rows (each then converted once either way): they spare the store of the
-   converted rows and their reload, and read the rows in place like float32's. NULL on the
-   generic path, which converts into staging instead. */
+/* qk_rows and pv_rows (below) over K or V rows kept in another format (bfloat16, float16
+   bits, or int8 with a float scale per row, scale NULL otherwise), each element converted to
+   float as it is loaded, exactly as struct widen_ops converts it, so the results are those
+   of the float rows' operations on widen_ops' output. The split-KV path reads the rows in
+   place through them, as float32's: they spare the store of the converted rows and their
+   reload. NULL on the generic path, which converts into staging instead. */
 struct row_ops_f32 {
-    void (*qk_row)(const void *k, const float *k_scale, int64_t keys, int64_t d, const float *q,
-                   float scale, float *s, struct read_ahead ahead);
-    void (*pv_row)(const float *p, const void *v, const float *v_scale, int64_t keys, int64_t d_v,
-                   float alpha, float *acc, struct read_ahead ahead);
+    void (*qk_rows)(const void *k, const float *k_scale, int64_t keys, int64_t d, const float *q,
+                    int64_t rows, float scale, float *s, int64_t s_stride, struct read_ahead ahead);
+    void (*pv_rows)(const float *p, int64_t p_stride, const void *v, const float *v_scale, int64_t keys,
+                    int64_t d_v, const float *alpha, float *acc, int64_t acc_stride, int64_t rows,
+                    struct read_ahead ahead);
 };
 
 struct tile_ops_f32 {
@@ -151,17 +155,20 @@ struct tile_ops_f32 {
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from the packed vp, query r summing over its first visible[r] keys */
     void (*pv_tile)(const float *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
                     const float *vp, int64_t d_v, int64_t rows_pad, float *ot);
-    /* s (keys) = scale · K (keys, d) · q (d); s holds round_up(keys, ROW_KEY_PAD) values,
-       and those past keys may be overwritten; fetches `ahead` meanwhile */
-    void (*qk_row)(const float *k, int64_t keys, int64_t d, const float *q, float scale, float *s,
-                   struct read_ahead ahead);
+    /* S (rows, s_stride) = scale · Q (rows, d) · Kᵀ (keys, d), 1 <= rows <= ROW_GROUP; each
+       row of S holds round_up(keys, ROW_KEY_PAD) values, and those past keys may be
+       overwritten; fetches `ahead` meanwhile */
+    void (*qk_rows)(const float *k, int64_t keys, int64_t d, const float *q, int64_t rows, float scale,
+                    float *s, int64_t s_stride, struct read_ahead ahead);
     /* m_new = max(m, max s), s = exp(s − m_new) (measured from 0 while m_new = −inf),
        l = alpha · l + Σ s, m = m_new; returns alpha = exp(m − m_new) */
     float (*online_softmax_row)(float *s, int64_t keys, float *m, float *l);
-    /* acc (d_v) = alpha · acc + Σ_j p[j] · V row j, over keys rows of V (keys, d_v); fetches
-       `ahead` meanwhile */
-    void (*pv_row)(const float *p, const float *v, int64_t keys, int64_t d_v, float alpha,
-                   float *acc, struct read_ahead ahead);
+    /* acc row r (d_v) = alpha[r] · acc row r + Σ_j P[r, j] · V row j, over keys rows of V
+       (keys, d_v), for 1 <= rows <= ROW_GROUP rows of P (rows, p_stride) and acc (rows,
+       acc_stride); fetches `ahead` meanwhile */
+    void (*pv_rows)(const float *p, int64_t p_stride, const float *v, int64_t keys, int64_t d_v,
+                    const float *alpha, float *acc, int64_t acc_stride, int64_t rows,
+                    struct read_ahead ahead);
     /* the same over rows of bfloat16, float16 and int8 */
     struct row_ops_f32 bf16_rows, f16_rows, q8_rows;
 };
@@ -175,11 +182,12 @@ struct tile_ops_f64 {
                            int64_t rows_pad, double *m, double *l, double *alpha);
     void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
                     const double *vp, int64_t d_v, int64_t rows_pad, double *ot);
-    void (*qk_row)(const double *k, int64_t keys, int64_t d, const double *q, double scale,
-                   double *s, struct read_ahead ahead);
+    void (*qk_rows)(const double *k, int64_t keys, int64_t d, const double *q, int64_t rows,
+                    double scale, double *s, int64_t s_stride, struct read_ahead ahead);
     double (*online_softmax_row)(double *s, int64_t keys, double *m, double *l);
-    void (*pv_row)(const double *p, const double *v, int64_t keys, int64_t d_v, double alpha,
-                   double *acc, struct read_ahead ahead);
+    void (*pv_rows)(const double *p, int64_t p_stride, const double *v, int64_t keys, int64_t d_v,
+                    const double *alpha, double *acc, int64_t acc_stride, int64_t rows,
+                    struct read_ahead ahead);
 };
 
 /* Conversions to float (widen.c), one set per ISA:

@@ -24,7 +24,7 @@
 #define MICRO_KEYS 4
 #define MICRO_COLS 4
 #define ROW_KEYS 8
-#define ROW_VECS 8     /* 64 value columns per pv_row pass */
+#define ROW_VECS 8     /* 64 value columns per pv_rows pass of one row */
 
 typedef __m256 lane_mask;   /* all-ones lanes */
 typedef __m256i tail_mask;
@@ -71,7 +71,7 @@ INLINE_TARGET float v_hsum(__m256 x)
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* lane i: the sum of acc[i]'s lanes, for 8 vectors (qk_row's scores, a transposed
+/* lane i: the sum of acc[i]'s lanes, for 8 vectors (qk_rows' scores, a transposed
    reduction: 9 shuffles and adds where 8 separate v_hsum take 40) */
 INLINE_TARGET __m256 v_hsums(const __m256 *acc)
 {

@@ -23,7 +23,7 @@
 #define MICRO_KEYS 4
 #define MICRO_COLS 4
 #define ROW_KEYS 8
-#define ROW_VECS 8     /* 32 value columns per pv_row pass */
+#define ROW_VECS 8     /* 32 value columns per pv_rows pass of one row */
 
 typedef __m256d lane_mask;   /* all-ones lanes */
 typedef __m256i tail_mask;

@@ -24,7 +24,7 @@
 #define MICRO_KEYS 8
 #define MICRO_COLS 8
 #define ROW_KEYS 8
-#define ROW_VECS 4     /* 64 value columns per pv_row pass */
+#define ROW_VECS 4     /* 64 value columns per pv_rows pass of one row */
 
 typedef __mmask16 lane_mask;
 typedef __mmask16 tail_mask;

@@ -72,17 +72,20 @@ static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32
     }
 }
 
-/* s (keys) = scale · K (keys, d) · q (d), summed in double as in qk_tile_generic */
-static void SUFFIX(qk_row_generic)(const real *k, int64_t keys, int64_t d, const real *q,
-                                   real scale, real *s, struct read_ahead ahead)
+/* S (rows, s_stride) = scale · Q (rows, d) · Kᵀ (keys, d), summed in double as in
+   qk_tile_generic */
+static void SUFFIX(qk_rows_generic)(const real *k, int64_t keys, int64_t d, const real *q, int64_t rows,
+                                    real scale, real *s, int64_t s_stride, struct read_ahead ahead)
 {
     read_ahead_spread(&ahead, keys);
     for (int64_t j = 0; j < keys; j++) {
         read_ahead_step(&ahead);
-        double acc = 0;
-        for (int64_t p = 0; p < d; p++)
-            acc += (double)k[j * d + p] * q[p];
-        s[j] = (real)(scale * acc);
+        for (int64_t r = 0; r < rows; r++) {
+            double acc = 0;
+            for (int64_t p = 0; p < d; p++)
+                acc += (double)k[j * d + p] * q[r * d + p];
+            s[r * s_stride + j] = (real)(scale * acc);
+        }
     }
 }
 
@@ -105,16 +108,19 @@ static real SUFFIX(online_softmax_row_generic)(real *s, int64_t keys, real *m, r
     return alpha;
 }
 
-/* acc (d_v) = alpha · acc + Σ_j p[j] · V row j */
-static void SUFFIX(pv_row_generic)(const real *p, const real *v, int64_t keys, int64_t d_v,
-                                   real alpha, real *acc, struct read_ahead ahead)
+/* acc row r (d_v) = alpha[r] · acc row r + Σ_j P[r, j] · V row j */
+static void SUFFIX(pv_rows_generic)(const real *p, int64_t p_stride, const real *v, int64_t keys,
+                                    int64_t d_v, const real *alpha, real *acc, int64_t acc_stride,
+                                    int64_t rows, struct read_ahead ahead)
 {
     read_ahead_spread(&ahead, keys);
-    for (int64_t c = 0; c < d_v; c++)
-        acc[c] *= alpha;
-    for (int64_t j = 0; j < keys; j++, read_ahead_step(&ahead))
+    for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < d_v; c++)
-            acc[c] += p[j] * v[j * d_v + c];
+            acc[r * acc_stride + c] *= alpha[r];
+    for (int64_t j = 0; j < keys; j++, read_ahead_step(&ahead))
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < d_v; c++)
+                acc[r * acc_stride + c] += p[r * p_stride + j] * v[j * d_v + c];
 }
 
 const struct SUFFIX(tile_ops) SUFFIX(tile_ops_generic) = {
@@ -123,9 +129,9 @@ const struct SUFFIX(tile_ops) SUFFIX(tile_ops_generic) = {
     .qk_tile = SUFFIX(qk_tile_generic),
     .online_softmax = SUFFIX(online_softmax_generic),
     .pv_tile = SUFFIX(pv_tile_generic),
-    .qk_row = SUFFIX(qk_row_generic),
+    .qk_rows = SUFFIX(qk_rows_generic),
     .online_softmax_row = SUFFIX(online_softmax_row_generic),
-    .pv_row = SUFFIX(pv_row_generic),
+    .pv_rows = SUFFIX(pv_rows_generic),
 };
 
 #undef GENERIC_QUERY_PANEL

@@ -22,10 +22,11 @@
      MICRO_KEYS, MICRO_COLS Sᵀ rows of one qk_micro call, Oᵀ rows of one pv_micro call: both
                             hold MICRO_* × PANEL_VECS accumulators in registers, plus
                             PANEL_VECS loaded operands and a broadcast one
-     ROW_KEYS, ROW_VECS     keys per qk_row step, vectors of value columns per pv_row pass
+     ROW_KEYS, ROW_VECS     FMA chains of a qk_rows step (keys × rows), vectors of value
+                            columns per pv_rows pass (× rows)
    and optionally
      V_HSUMS(acc)           the lane sums of ROW_KEYS = LANES vectors as one vector (lane i:
-                            acc[i]'s), which qk_row then stores whole; else v_hsum each
+                            acc[i]'s), which qk_rows then stores; else v_hsum each
      ISA_NAME, TILE_OPS     the ops' name and the name of the struct defined at the end */
 
 #include "tile_ops_exp.h"
@@ -38,8 +39,10 @@ _Static_assert(COL_BLOCK % MICRO_COLS == 0, "a packed block of COL_BLOCK value c
 _Static_assert(ROW_KEY_PAD % LANES == 0, "online_softmax_row reads s in whole vectors");
 #ifdef V_HSUMS
 _Static_assert(ROW_KEYS == LANES && ROW_KEY_PAD % ROW_KEYS == 0,
-               "qk_row stores the ROW_KEYS scores of V_HSUMS whole, into s's padding past the keys");
+               "qk_rows stores one row's ROW_KEYS scores of V_HSUMS whole, into s's padding past the keys");
 #endif
+_Static_assert(ROW_KEYS >= ROW_GROUP && ROW_VECS >= ROW_GROUP,
+               "qk_rows and pv_rows hold a chain per key or vector for each of ROW_GROUP rows");
 
 /* exp on every lane (constants and accuracy in tile_ops_exp.h). The result is 0 below the
    underflow bound and at −inf; NaN gives NaN: p(NaN) is NaN, and only lanes where x < bound,
@@ -238,7 +241,7 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
     return alpha[0];
 }
 
-/* qk_row and pv_row over rows of real, and in the float32 files (ROW_FORMATS: the ISA's
+/* qk_rows and pv_rows over rows of real, and in the float32 files (ROW_FORMATS: the ISA's
    load_row_bf16, load_row_f16, load_row_q8) over rows of the other formats */
 #define ROW_T real
 #define ROW_FN(name) name
@@ -281,7 +284,7 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
 #undef ROW_SCALED
 #undef ROW_CONVERTED
 #define ROW_OPS_OF(format) \
-    {.qk_row = qk_row_##format, .pv_row = pv_row_##format}
+    {.qk_rows = qk_rows_##format, .pv_rows = pv_rows_##format}
 #endif
 
 const struct SUFFIX(tile_ops) TILE_OPS = {
@@ -290,9 +293,9 @@ const struct SUFFIX(tile_ops) TILE_OPS = {
     .qk_tile = qk_tile,
     .online_softmax = online_softmax,
     .pv_tile = pv_tile,
-    .qk_row = qk_row,
+    .qk_rows = qk_rows,
     .online_softmax_row = online_softmax_row,
-    .pv_row = pv_row,
+    .pv_rows = pv_rows,
 #ifdef ROW_FORMATS
     .bf16_rows = ROW_OPS_OF(bf16),
     .f16_rows = ROW_OPS_OF(f16),

@@ -49,7 +49,7 @@ def test_split_path_matches_the_reference(isa, case, dtype, n_threads):
 
 
 # d and d_v: 1, odd, one short of and one past the lane widths (AVX2: 8 float32, 4 float64;
-# AVX-512: 16 and 8), and past pv_row's pass over the columns (64 of them, float64 AVX2: 32)
+# AVX-512: 16 and 8), and past pv_rows' pass over the columns (64 of them, float64 AVX2: 32)
 HEAD_DIMS = [(1, 1), (3, 5), (7, 9), (9, 7), (15, 17), (17, 15), (33, 65), (64, 33), (65, 129)]
 
 

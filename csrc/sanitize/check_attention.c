@@ -14,7 +14,7 @@
        it, each precision's tile sizes, one short of and one past them, rows that see no key,
        NaN and Inf inputs, and calls big enough to wake the pool's helpers, on both paths,
      - d and d_v from 1 to WIDTH_MAX on both paths, together and crossed: every tail of every
-       vector width, and past two of the widest micro-kernel passes (pv_row's 64 columns),
+       vector width, and past two of the widest micro-kernel passes (pv_rows' 64 columns),
      - grouped query heads (several reading one K/V head) and K/V heads with spare rows
        between them (cases.h), the spare rows NaN, so that a read of one shows in the result.
    Each output is compared with a float64 reference computed here by naive loops, so a wrong
