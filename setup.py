@@ -31,6 +31,8 @@ setup(
         # an unpinned torch pulls a multi-GB CUDA build); onnx builds ONNX Runtime's model
         "peers": ["torch==2.13.0", "onnxruntime==1.32.0", "onnx==1.23.2", "openvino==2026.4.1",
                   "jax[cpu]==0.10.2"],
+        # llama.cpp's ggml, built from its sdist with CMake and a C++ compiler (about 2 min)
+        "ggml": ["ggml-python==0.0.45"],
     },
     entry_points={"console_scripts": ["attnbench = kernels.cli:main"]},
 )

@@ -10,7 +10,9 @@ scales included, over the time), and its speed over itself on the float32 cache 
 heads, timed side by side in one process.
 
 ``CachePeers``: a peer that takes the format (``Kernel.cache_refusal``) over our tiled
-rungs on the same cache, side by side.
+rungs on the same cache, side by side; a peer that keeps it in its own library's layout
+(``Kernel.own_caches``: ONNX Runtime's, OpenVINO's and ggml's caches, int8 with scales of
+their own) reads its own encoding of the same values, built before the timing.
 
 ``CacheGenerate``: the seconds to generate CACHE_GENERATED tokens after a CACHE_PROMPT-token
 prompt, each step one token's key and value appended (the cache growing in place, read as a
@@ -100,7 +102,8 @@ class CachePeers:
         _check_takes(peer, cache_dtype)
         _check_takes(kernel, cache_dtype)
         cache, query = _cache(cache_dtype, kv_heads, spec.CACHE_SEQ_LEN)
-        self.peer_call, self.call = (lambda name=name: cache.attend(query, kernel=name) for name in (peer, kernel))
+        # a peer keeping the format in its own layout encodes it here, once (KVCache.decoder)
+        self.peer_call, self.call = (lambda step=cache.decoder(name): step(query) for name in (peer, kernel))
         self.peer_call(), self.call()  # warm-up: compilation, sessions, pages
 
     def track_speedup(self, peer, kernel, cache_dtype, kv_heads):

@@ -3,10 +3,14 @@ O(n·d) and is bound by memory bandwidth; recomputing the prefix costs O(n²·d)
 
 8 heads, d = 64, float32 (``kernels.bench_spec``).  The cache is a ``kernels.KVCache``
 filled to exactly n tokens (so its views are contiguous and no kernel copies them); one
-new token's query attends to it.  Recomputation is causal attention over all n queries
-of the prefix, the work a decoder without a cache repeats for every token; it stops at
-n = 16,384 (at 65,536 it takes minutes per token: the fitted slope carries it on).
+new token's query attends to it (through ``KVCache.decoder``: OpenVINO and ggml keep the
+cache in their own layouts, encoded once in setup).  Recomputation is causal attention
+over all n queries of the prefix, the work a decoder without a cache repeats for every
+token; it stops at n = 16,384 (at 65,536 it takes minutes per token: the fitted slope
+carries it on).
 """
+import functools
+
 import kernels
 from kernels import bench_spec as spec
 
@@ -34,8 +38,14 @@ class _CachedStep(_Prefix):
     def queries(self):
         return self.query
 
+    @functools.cached_property
+    def step(self):
+        """The cache's decode step: a peer that keeps the cache in its own layout (OpenVINO's
+        stateful model, ggml's tensors) encodes it here, once, in setup (KVCache.decoder)."""
+        return self.cache.decoder(self.kernel)
+
     def token(self):
-        return self.cache.attend(self.query, kernel=self.kernel)
+        return self.step(self.query)
 
 
 class CachedDecode(_CachedStep):

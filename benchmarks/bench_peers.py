@@ -42,7 +42,8 @@ class PeerSpeedup(ThreadBudget):
             cache.append(k, v)
             query = query[:, -1:]
             check_runs(name, query, k, v, causal=True)
-            return lambda: cache.attend(query, kernel=name)
+            step = cache.decoder(name)   # a peer's own cache (OpenVINO's, ggml's) encoded here, once
+            return lambda: step(query)
         heads, seq_len = (1, spec.TINY_SEQ_LEN) if shape == "tiny" else (spec.HEADS, spec.HEADLINE_SEQ_LEN)
         causal = shape == "causal"
         q, k, v = make_inputs(heads, seq_len, dtype)

@@ -190,8 +190,8 @@ def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0):
             name for name, k in KERNELS.items() if not k.materialises and k.max_scores is None and not k.external
         )
         advice = (
-            f"its {problem.n_q}×{problem.n_k} score buffers alone take {format_bytes(workspace)}; "
-            f"the tiled kernels ({tiled}) never materialise them"
+            f"its working buffers (the {problem.n_q}×{problem.n_k} scores or mask it holds, and "
+            f"copies) alone take {format_bytes(workspace)}; the tiled kernels ({tiled}) hold none"
             if workspace
             else "reduce the batch or sequence length"
         )

@@ -14,6 +14,12 @@ and, if it reads an int8 KV cache in place (``kernels.decode``), ``run_int8(q, k
 k_scales, v, v_scales, out, causal, scale)``: q float32, k and v int8 with one float32
 scale per cached row, k_scales (B_kv, n_k).
 
+and, for a peer that keeps a KV cache in a format of its own library's layout (``own_caches``),
+``cache_decoder(cache_format, keys, values, heads, scale)``: keys (B_kv, n, d) and values
+(B_kv, n, d_v) float32 (a cache's contents as our kernels read them), encoded once into the
+library's cache; it returns ``step(q)``, q (heads, t, d) float32 -> (heads, t, d_v) float32,
+the newest t tokens' causal attention, without re-encoding the cache.
+
 and, if it materialises n×n buffers, ``workspace_bytes(batch, n_q, n_k, d, d_v,
 itemsize, causal)`` (itemsize: of the compute type), which the validation path checks
 against available memory before anything large is allocated.  Modules are imported on
@@ -45,6 +51,7 @@ class Kernel:
     contiguous: bool = True           # needs C-contiguous inputs (copies otherwise)
     strided_kv: bool = False          # but reads k and v with any head stride (kv_layout)
     int8_cache: bool = False          # reads an int8 KV cache in place (run_int8)
+    own_caches: tuple = ()            # cache formats a peer keeps in its own layout (cache_decoder)
     external: bool = False            # a peer baseline, not one of our rungs
     dtypes: tuple = float_types.NAMES  # computed at their own precision
     widens_inputs: bool = False        # takes 16-bit inputs as whole float32 copies (counted)
@@ -80,7 +87,10 @@ class Kernel:
     def cache_refusal(self, cache_format):
         """Why this kernel does not attend a KV cache stored as ``cache_format`` (a name of
         ``kernels.cache_formats``), or None when it does: a 16-bit cache through its 16-bit
-        path, an int8 one read in place (``int8_cache``), or widened first by a rung of ours."""
+        path, an int8 one read in place (``int8_cache``), one a peer keeps in its library's own
+        layout (``own_caches``), or widened first by a rung of ours."""
+        if cache_format in self.own_caches:
+            return None
         if cache_format != "int8":
             return self.refusal(cache_format)
         if self.int8_cache or not self.external:
@@ -150,12 +160,13 @@ def _peers():
                            "in float16 it rounds the scores q·kᵀ to float16 before the softmax "
                            "(error 0.21 on large logits, 434 unit roundoffs of float16, where the "
                            "budget is 2e-3); for bfloat16 its CPU provider has no kernel (NOT_IMPLEMENTED)",
-                threading="session intra_op_num_threads = budget"),
+                threading="session intra_op_num_threads = budget",
+                own_caches=("float16", "int8")),
          ["onnxruntime", "onnx"]),
         (Kernel("openvino_sdpa", "external peer: OpenVINO's ScaledDotProductAttention (opset 13), CPU plugin",
                 "O(n·d)", "kernels.peers.openvino_sdpa", external=True, **float32_and_half,
                 dtype_note="its CPU plugin computes float64 inputs in float32 (errors ~6e-7)",
-                threading="INFERENCE_NUM_THREADS = budget"),
+                threading="INFERENCE_NUM_THREADS = budget", own_caches=("int8", "float16", "float32")),
          ["openvino"]),
         (Kernel("jax_attention", "external peer: JAX's dot_product_attention, compiled by XLA for the CPU",
                 "O(n²)", "kernels.peers.jax_attention", external=True, materialises=True, **float32_and_half,
@@ -163,6 +174,15 @@ def _peers():
                 threading="XLA's own CPU thread pool, sized when JAX starts: the budget is not honoured",
                 honours_budget=False),
          ["jax"]),
+        (Kernel("ggml_flash_attn", "external peer: ggml's flash_attn_ext (llama.cpp's attention), CPU backend",
+                "O(n²) (a causal call's mask)", "kernels.peers.ggml_flash_attn", external=True, materialises=True,
+                dtypes=("float32", "bfloat16"),
+                dtype_note="in float16 its CPU kernel sums V·softmax in float16 when n_q < 64: on even "
+                           "attention the sum stops at 2,048 weights (8,192 keys of value 1 give 0.25-0.5); "
+                           "it has no float64",
+                threading="ggml_graph_compute n_threads = budget (an OpenMP team)",
+                own_caches=("float32", "bfloat16", "int8")),
+         ["ggml"]),
     ]
 
 

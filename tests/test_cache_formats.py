@@ -56,6 +56,9 @@ def test_every_decode_step_is_float64_attention_over_the_stored_values(kernel_na
         with pytest.raises(ValueError, match=re.escape(refusal)):
             cache.attend(q[:, :1], kernel=kernel_name)
         return
+    if cache_dtype in record.own_caches:
+        pytest.skip(f"{kernel_name} keeps a {cache_dtype} cache of its own values "
+                    f"(test_a_peer_keeping_its_own_cache_attends_through_it)")
     if not record.fits(HEADS, 7, 37):
         pytest.skip(f"above {kernel_name}'s cap")
     check_step(cache, q[:, :5], cache.attend(q[:, :5], kernel=kernel_name), kernel_name, "prompt")
@@ -66,6 +69,50 @@ def test_every_decode_step_is_float64_attention_over_the_stored_values(kernel_na
         check_step(cache, q[:, t:t + 1], out, kernel_name, f"step {t}")
     cache.append(k[:, 30:], v[:, 30:])
     check_step(cache, q[:, 30:], cache.attend(q[:, 30:], kernel=kernel_name), kernel_name, "chunk of 7")
+
+
+# A peer's own cache holds its own rounding of the values ours stores (ONNX Runtime's int8:
+# a scale per channel; OpenVINO's u8: a scale and zero point per token), so it is held to
+# float64 attention over our stored values within its format's error on data of this
+# spread, not within float32's budget: float32 and float16 at 8 unit roundoffs of float16,
+# bfloat16 at 8 of bfloat16 (the peer rounds the queries too), int8 at 8 times an element's
+# relative error (max|x| / 254 of values of spread 1, max |x| < 4.5 here: 1.8e-2; ggml
+# quantises the queries too), each the larger.
+OWN_CACHE_BOUND = {"float32": 8 * 2.0**-11, "float16": 8 * 2.0**-11, "bfloat16": 8 * 2.0**-8,
+                   "int8": 8 * 4.5 / 254}
+
+
+def test_a_peer_keeping_its_own_cache_attends_through_it(kernel_name):
+    """attend and a decoder's first step agree, on one query, on a chunk of 3 and on more
+    queries than cached tokens (the first see none: zeros), within the format's error of
+    float64 over what our cache stores; a decoder refuses an empty query."""
+    record = kernels.KERNELS[kernel_name]
+    if not record.own_caches:
+        pytest.skip(f"{kernel_name} keeps no cache of its own")
+    rng = np.random.default_rng(4)
+    # d = 32: a whole block of ggml's int8 cache (Q8_0), which takes no other widths
+    q, k, v = (rng.standard_normal((heads, 37, 32), dtype=np.float32) for heads in (HEADS, 2, 2))
+    for cache_dtype in record.own_caches:
+        cache = kernels.KVCache(HEADS, 32, kv_heads=2, cache_dtype=cache_dtype)
+        cache.append(k, v)
+        keys, values = cache.dequantised()
+        for t in (1, 3, 40):
+            queries = np.concatenate([q, q[:, :3]], axis=1)[:, -t:]
+            out = cache.attend(queries, kernel=kernel_name)
+            np.testing.assert_array_equal(cache.decoder(kernel_name)(queries), out)
+            ref = reference_attention(queries, np.repeat(keys, 2, axis=0), np.repeat(values, 2, axis=0),
+                                      causal=True)
+            error = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+            assert error < OWN_CACHE_BOUND[cache_dtype], f"{kernel_name} {cache_dtype} t={t}: {error:.2g}"
+        with pytest.raises(ValueError, match="at least one query"):
+            cache.decoder(kernel_name)(q[:, :0])
+
+
+def test_the_registry_names_the_caches_each_peer_keeps():
+    """``Kernel.own_caches`` (read without importing the peer) is its module's CACHE_FORMATS."""
+    for record in kernels.KERNELS.values():
+        if record.external:
+            assert record.own_caches == getattr(record.implementation, "CACHE_FORMATS", ()), record.name
 
 
 @pytest.mark.parametrize("cache_dtype", ["float16", "bfloat16", "int8"])

@@ -20,6 +20,7 @@ TAKES = {
     "onnxruntime_attention": ("float32",),
     "openvino_sdpa": ("float32", "bfloat16", "float16"),
     "jax_attention": ("float32", "bfloat16", "float16"),
+    "ggml_flash_attn": ("float32", "bfloat16"),
 }
 # A few harness cases, each causal and not: square and not (both alignments, rows that
 # see no key), d_v != d, a non-power-of-two d (its scale is no power of two), a batch of

@@ -158,14 +158,18 @@ class KVCache:
         """The new queries' attention over every cached token: q (heads, t_q, head_dim) of
         ``dtype`` -> (heads, t_q, head_dim_v) of ``dtype``, causal and aligned bottom-right,
         so that the last query is the newest token and sees them all (query i sees keys
-        j <= i + n - t_q).  ValueError on an empty cache, or for a kernel that does not take
-        the cache's format (a peer, which says why), TypeError or ValueError for a q of
-        another dtype or shape; the other checks and errors are ``kernels.attention``'s."""
+        j <= i + n - t_q).  A peer that keeps this format in its own layout encodes it first,
+        every call (``decoder`` encodes once).  ValueError on an empty cache, or for a kernel
+        that does not take the cache's format (a peer, which says why), TypeError or
+        ValueError for a q of another dtype or shape; the other checks and errors are
+        ``kernels.attention``'s."""
         if self._length == 0:
             raise ValueError("the cache is empty: append at least one token's key and value "
                              "(cache.append(k, v)) before attend")
         record = get_kernel(kernel)
         self._check("q", q, self.heads, self.head_dim)
+        if self.format.name in record.own_caches:
+            return self.decoder(kernel, scale=scale)(q)
         if self.format.name == self.dtype.name:
             return attention(q, self.keys, self.values, kernel=kernel, causal=True, scale=scale)
         if not self.format.scaled:  # 16-bit: the kernels' 16-bit path, float32 out
@@ -185,6 +189,48 @@ class KVCache:
         record.implementation.run_int8(np.ascontiguousarray(q), self.keys, self.key_scales, self.values,
                                        self.value_scales, out, True, scale)
         return out
+
+    def decoder(self, kernel="c_tiled", *, scale=None):
+        """``step(q)``: ``attend(q, kernel=kernel, scale=scale)`` over the cache's present
+        contents.  For a peer that keeps this format in its own library's layout
+        (``Kernel.own_caches``: ONNX Runtime's int8 cache with its own scales, say), the
+        peer's cache is encoded here, once, from ``dequantised()`` (O(n · d)), and each step
+        reads it (so a step times the library's decode, and ``attend`` with such a peer pays
+        the encoding every call); appending afterwards does not reach it."""
+        record = get_kernel(kernel)
+        if self.format.name not in record.own_caches:
+            return lambda q: self.attend(q, kernel=kernel, scale=scale)
+        if self._length == 0:
+            raise ValueError("the cache is empty: append at least one token's key and value "
+                             "(cache.append(k, v)) before attend")
+        widened = self._length * self.kv_heads * (self.head_dim + self.head_dim_v) * 4
+        require_memory(widened, lambda needed, available: (
+            f"{kernel} keeps this cache in its own layout, built from a float32 copy of "
+            f"{format_bytes(needed)}, but only {format_bytes(available)} is available"))
+        keys, values = (np.ascontiguousarray(x, np.float32) for x in self.dequantised())
+        scale = checked_scale(scale, self.head_dim)
+        # the engines take a scale > 0 only (ONNX Runtime and OpenVINO read 0 as "the
+        # default", 1/√d): any other goes into q, rounded once, and theirs is 1
+        q_factor = None if scale > 0 else np.float32(scale)
+        step = record.implementation.cache_decoder(self.format.name, keys, values, self.heads,
+                                                   scale if q_factor is None else 1.0)
+
+        def checked_step(q):
+            self._check("q", q, self.heads, self.head_dim)
+            if q.shape[1] == 0:
+                raise ValueError(f"q must hold at least one query, got shape {q.shape}")
+            if q_factor is not None:
+                q = q * q_factor
+            # more queries than cached tokens: the first see no key (zeros, as attention has
+            # them), the last n are a step of n
+            unseeing = max(q.shape[1] - keys.shape[1], 0)
+            if not unseeing:
+                return step(q)
+            out = np.zeros((self.heads, q.shape[1], self.head_dim_v), self.dtype)
+            out[:, unseeing:] = step(np.ascontiguousarray(q[:, unseeing:]))
+            return out
+
+        return checked_step
 
     def _token_bytes(self):
         return self.format.row_bytes(self.head_dim) + self.format.row_bytes(self.head_dim_v)
