@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("onnxruntime", reason="onnxruntime_attention needs onnxruntime (make peers)")
 pytest.importorskip("onnx", reason="onnxruntime_attention needs onnx (make peers)")
 from kernels.peers import onnxruntime_attention  # noqa: E402  (after the skips)
+from own_caches import N, attention64, cache, query, relative_errors  # noqa: E402
 
-N = 2048
 U16 = 2.0 ** -11  # float16's unit roundoff
 # float16: the cache, the query and the output are rounded to float16 (relative error u each)
 # and accumulated in float32; the rounding errors are as random as the values, so the
@@ -26,39 +26,11 @@ FLOAT32_SUMS = 2 * np.sqrt(N) * 2.0 ** -24
 SHAPES = [pytest.param(8, 2, id="8 heads on 2"), pytest.param(8, 8, id="8 heads on 8")]
 
 
-def cache(kv_heads, d, seed=0):
-    rng = np.random.default_rng([seed, kv_heads, d])
-    return (rng.standard_normal((kv_heads, N, d)).astype(np.float32),
-            rng.standard_normal((kv_heads, N, d)).astype(np.float32))
-
-
-def query(heads, t, d, seed=1):
-    return np.random.default_rng([seed, heads, t, d]).standard_normal((heads, t, d)).astype(np.float32)
-
-
-def attention64(q, keys, values, scale):
-    """Float64 (output (heads, t, d_v), weights (heads, t, n)): query head h reads K/V head
-    h // (heads / kv_heads); query i sees keys j <= i + n - t (bottom-right causal)."""
-    group = q.shape[0] // keys.shape[0]
-    k, v = (np.repeat(x.astype(np.float64), group, axis=0) for x in (keys, values))
-    t, n = q.shape[1], k.shape[1]
-    scores = scale * q.astype(np.float64) @ k.transpose(0, 2, 1)
-    scores[:, np.arange(t)[:, None] + n - t < np.arange(n)] = -np.inf
-    weights = np.exp(scores - scores.max(axis=2, keepdims=True))
-    weights /= weights.sum(axis=2, keepdims=True)
-    return weights @ v, weights
-
-
 def dequantised(x):
     """x (kv_heads, n, d) as ``onnxruntime_attention`` documents its int8 cache: codes
     rint(x / s) (ties to even), s = max_j |x_jc| / 127 in float32 per K/V head and channel."""
     scales = np.abs(x).max(axis=1, keepdims=True) / np.float32(127)
     return np.rint(x / scales) * scales.astype(np.float64)
-
-
-def relative_errors(out, ref):
-    """||o - o*|| / ||o*|| of each head."""
-    return np.linalg.norm(out - ref, axis=(1, 2)) / np.linalg.norm(ref, axis=(1, 2))
 
 
 def int8_bound(q, keys, values, scale, ref, weights):

@@ -13,11 +13,11 @@ import pytest
 
 ggml = pytest.importorskip("ggml", reason="ggml_flash_attn needs the ggml-python binding (make peers)")
 from kernels.peers import ggml_flash_attn  # noqa: E402  (after the skip)
+from own_caches import N, attention64, cache, query, relative_errors  # noqa: E402
 from kernels.dtypes import float_type  # noqa: E402
 from kernels.reference import reference_attention  # noqa: E402
 from kernels.threads import using_budget  # noqa: E402
 
-N = 2048
 U16, UBF16, U32 = 2.0 ** -11, 2.0 ** -8, 2.0 ** -24  # unit roundoffs
 # Rounding q, the cache and the output to a 16-bit type costs about one unit roundoff of it,
 # norm-wise per head (ONNX Runtime's float16 cache: 1.3 u at most on this grid; ggml's
@@ -29,34 +29,6 @@ FLOAT32_SUMS = 2 * np.sqrt(N) * U32
 SHAPES = [pytest.param(8, 2, id="8 heads on 2"), pytest.param(8, 8, id="8 heads on 8")]
 GRID = pytest.mark.parametrize("t", [1, 3], ids=lambda t: f"t={t}")
 WIDTHS = pytest.mark.parametrize("d", [64, 32], ids=lambda d: f"d={d}")
-
-
-def cache(kv_heads, d, seed=0, n=N):
-    rng = np.random.default_rng([seed, kv_heads, d])
-    return (rng.standard_normal((kv_heads, n, d)).astype(np.float32),
-            rng.standard_normal((kv_heads, n, d)).astype(np.float32))
-
-
-def query(heads, t, d, seed=1):
-    return np.random.default_rng([seed, heads, t, d]).standard_normal((heads, t, d)).astype(np.float32)
-
-
-def attention64(q, keys, values, scale):
-    """Float64 (output (heads, t, d_v), weights (heads, t, n)): query head h reads K/V head
-    h // (heads / kv_heads); query i sees keys j <= i + n - t (bottom-right causal)."""
-    group = q.shape[0] // keys.shape[0]
-    k, v = (np.repeat(x.astype(np.float64), group, axis=0) for x in (keys, values))
-    t, n = q.shape[1], k.shape[1]
-    scores = scale * q.astype(np.float64) @ k.transpose(0, 2, 1)
-    scores[:, np.arange(t)[:, None] + n - t < np.arange(n)] = -np.inf
-    weights = np.exp(scores - scores.max(axis=2, keepdims=True))
-    weights /= weights.sum(axis=2, keepdims=True)
-    return weights @ v, weights
-
-
-def relative_errors(out, ref):
-    """||o - o*|| / ||o*|| of each head."""
-    return np.linalg.norm(out - ref, axis=(1, 2)) / np.linalg.norm(ref, axis=(1, 2))
 
 
 def float16_accumulation(keys, values, group, weights):
