@@ -143,12 +143,13 @@ def cache(run):
         Plot("cache_time_vs_bytes.png", "Time per token against the bytes it reads", draw),
         speeds,
         "Beside the peers that take the same cache (`Kernel.cache_refusal` says why the others do "
-        "not): their time ÷ ours, side by side in one process. ONNX Runtime (float16, int8) and "
-        "OpenVINO (float32, float16, int8) decode from caches they keep themselves, as their own "
-        "generation loops do (`Kernel.own_caches`): ONNX Runtime's GroupQueryAttention with int8 "
-        "scales per channel, OpenVINO's stateful model with u8 codes, a scale and a zero point per "
-        "token; each encodes the same values in its own layout before the timing (the scales "
-        "differ by a few bytes per row from ours, which the figure ignores).",
+        "not): their time ÷ ours, side by side in one process. ONNX Runtime (float16, int8), "
+        "OpenVINO (float32, float16, int8) and ggml (float32, bfloat16, int8) decode from caches "
+        "they keep themselves, as their own generation loops do (`Kernel.own_caches`): ONNX "
+        "Runtime's GroupQueryAttention with int8 scales per channel, OpenVINO's stateful model with "
+        "u8 codes, a scale and a zero point per token, ggml's Q8_0 blocks of 32 values with a "
+        "float16 scale each; each encodes the same values in its own layout before the timing (the "
+        "scales differ by a few bytes per row from ours, which the figure ignores).",
         peer_table,
         *([f"No figure for {', '.join(unmeasured)} on any of these caches (not installed, or skipped: asv's "
            "log says why)."] if unmeasured else []),
