@@ -54,12 +54,12 @@ class Problem:
         """Bytes of q, k and v together."""
         return (self.batch * self.n_q * self.d + self.kv_batch * self.n_k * (self.d + self.d_v)) * self.dtype.itemsize
 
-    @property
-    def output_bytes(self):
-        """Bytes of the output, and of the buffer a kernel writes it to first when its type
-        is computed in a wider one (the 16-bit types: float32, rounded once at the end)."""
+    def output_bytes(self, kernel=None):
+        """Bytes of the output, and of the float32 buffer a kernel writes a 16-bit type's
+        output to first when it does not round each row itself as it stores it
+        (``Kernel.writes_half``; with no kernel named, the buffer is counted)."""
         compute = dtypes.float_type(self.dtype).compute
-        wider = compute.itemsize if compute != self.dtype else 0
+        wider = compute.itemsize if compute != self.dtype and not (kernel and kernel.writes_half) else 0
         return self.batch * self.n_q * self.d_v * (self.dtype.itemsize + wider)
 
     @property
@@ -201,7 +201,7 @@ def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0):
             f"d_v={problem.d_v}, {problem.dtype}, but only {format_bytes(available)} is available: {advice}"
         )
 
-    require_memory(problem.output_bytes + extra_bytes + workspace, shortfall, headroom_bytes=headroom_bytes)
+    require_memory(problem.output_bytes(kernel) + extra_bytes + workspace, shortfall, headroom_bytes=headroom_bytes)
 
 
 def require_memory(needed, shortfall, *, headroom_bytes=0):
@@ -228,18 +228,24 @@ def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
     ``causal``: query i sees keys j <= i + (n_k - n_q); a query that sees none gives 0.
     ``scale`` defaults to 1/sqrt(d).  Inputs are never modified.
     """
-    out = attention_unrounded(q, k, v, kernel=kernel, causal=causal, scale=scale)
-    return out.astype(q.dtype, copy=False)
+    return _attention(q, k, v, kernel, causal, scale, rounded=True)
 
 
 def attention_unrounded(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
     """``attention``, its result left in the type it was computed in: the inputs' own, or
     float32 for 16-bit inputs (what a 16-bit KV cache's attention returns)."""
+    return _attention(q, k, v, kernel, causal, scale, rounded=False)
+
+
+def _attention(q, k, v, kernel, causal, scale, rounded):
+    """The call, its output in the inputs' type (``rounded``) or in the type it is computed
+    in.  A kernel that writes a 16-bit type's rows itself (``Kernel.writes_half``) is given
+    an output of that type; for the others the float32 result is rounded here, in one pass."""
     record = get_kernel(kernel)
     problem = validate(q, k, v, causal, scale)
     compute = dtypes.float_type(problem.dtype).compute
     if problem.batch == 0:
-        return np.zeros(problem.out_shape, compute)
+        return np.zeros(problem.out_shape, problem.dtype if rounded else compute)
     flat = [(a, (heads,) + a.shape[-2:]) for a, heads in zip((q, k, v), (problem.batch,) + 2 * (problem.kv_batch,))]
     copied = [_needs_copy(a, shape, record.contiguous) for a, shape in flat]
     if record.strided_kv:  # k and v read in place with any (common) head stride
@@ -248,9 +254,11 @@ def attention_unrounded(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
     run = record.run  # imports the rung (ExtensionNotBuilt, say) before anything is allocated
     q3, k3, v3 = (np.ascontiguousarray(a.reshape(shape)) if copy else a.reshape(shape)
                   for (a, shape), copy in zip(flat, copied))
-    out = np.empty((problem.batch, problem.n_q, problem.d_v), compute)
+    written = problem.dtype if rounded and record.writes_half else compute
+    out = np.empty((problem.batch, problem.n_q, problem.d_v), written)
     run(q3, k3, v3, out, problem.causal, problem.scale)
-    return out.reshape(problem.out_shape)
+    out = out.reshape(problem.out_shape)
+    return out.astype(problem.dtype, copy=False) if rounded else out
 
 
 def kv_layout(k, v):

@@ -8,7 +8,9 @@ Every rung lives in its own module exposing
         head b reads K/V head b // (B / B_kv) (grouped-query attention; B_kv = B is plain
         multi-head); out (B, n_q, d_v) of the type that dtype is computed in (its row's
         ``compute``: the dtype itself, float32 for the 16-bit types, whose result the API
-        then rounds to the inputs' dtype).  Writes all of out.
+        then rounds to the inputs' dtype), or, for a kernel marked ``writes_half``, of the
+        16-bit type itself, each row rounded to nearest even as it is stored (float32 out is
+        still taken: a 16-bit KV cache's attention returns it).  Writes all of out.
 
 and, if it reads an int8 KV cache in place (``kernels.decode``), ``run_int8(q, k,
 k_scales, v, v_scales, out, causal, scale)``: q float32, k and v int8 with one float32
@@ -55,6 +57,7 @@ class Kernel:
     external: bool = False            # a peer baseline, not one of our rungs
     dtypes: tuple = float_types.NAMES  # computed at their own precision
     widens_inputs: bool = False        # takes 16-bit inputs as whole float32 copies (counted)
+    writes_half: bool = False          # writes a 16-bit output itself, each row rounded as stored
     dtype_note: str = ""              # why any other dtype is refused
     threading: str = "the budget"     # how the thread budget reaches it
     honours_budget: bool = True       # False: it sizes its own threads, whatever the budget

@@ -190,7 +190,7 @@ def test_every_kernel_refuses_an_output_that_cannot_fit(kernel_name, monkeypatch
 def test_check_resources_counts_inputs_yet_to_be_made_and_headroom(monkeypatch):
     monkeypatch.setattr(kernels.api, "available_bytes", lambda: 1024 * MiB)
     problem = planned((8,), 2**16, 2**16, 64, 64, np.float32)  # inputs 384 MiB, output 128 MiB
-    assert problem.input_bytes == 384 * MiB and problem.output_bytes == 128 * MiB
+    assert problem.input_bytes == 384 * MiB and problem.output_bytes() == 128 * MiB
     c_tiled = kernels.KERNELS["c_tiled"]
     check_resources(c_tiled, problem, problem.input_bytes)
     with pytest.raises(MemoryError, match=r"needs 2\.5 GiB .* only 1\.0 GiB is available.*2\.0 GiB of it headroom"):
