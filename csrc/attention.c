@@ -29,7 +29,7 @@
 #include "tiles.h"   /* ATTN_F32/F64_QUERY_TILE, ATTN_F32/F64_KEY_TILE, DECODE_MAX_QUERIES */
 
 /* Split-KV (decode) path, flash_driver_template.h: its key blocks and chunks. */
-#define DECODE_KEY_BLOCK 64    /* keys per row step: 64 K rows of d = 64 floats fill half of L1 */
+#define DECODE_KEY_BLOCK ROW_KEYS_MAX   /* keys per row step, 64: 64 K rows of d = 64 floats fill half of L1 */
 #define DECODE_MIN_CHUNK 256   /* keys per task at least */
 
 #define CACHE_LINE 64
@@ -54,10 +54,11 @@ struct shape {
     int causal;
     int64_t causal_offset;   /* query i sees keys j <= i + causal_offset */
     int64_t first_row;       /* rows before it see no key (causal with n_q > n_k) */
+    int round_out;           /* the output is the inputs' 16-bit type, each row rounded as stored */
 };
 
 static struct shape make_shape(int64_t n_q, int64_t n_k, int64_t d, int64_t d_v, int causal,
-                               int64_t group, int64_t kv_rows)
+                               int64_t group, int64_t kv_rows, int round_out)
 {
     const int64_t offset = n_k - n_q;
     return (struct shape){
@@ -66,6 +67,7 @@ static struct shape make_shape(int64_t n_q, int64_t n_k, int64_t d, int64_t d_v,
         .causal = causal != 0,
         .causal_offset = offset,
         .first_row = causal && offset < 0 ? -offset : 0,
+        .round_out = round_out != 0,
     };
 }
 
@@ -75,16 +77,20 @@ static int64_t visible_keys(const struct shape *sh, int64_t i)
     return sh->causal ? clamp_i64(i + sh->causal_offset + 1, 0, sh->n_k) : sh->n_k;
 }
 
-static const struct tile_ops_f32 *ops_f32 = &tile_ops_generic_f32;
-static const struct tile_ops_f64 *ops_f64 = &tile_ops_generic_f64;
-static const struct widen_ops *widen = &widen_generic;
-
 /* Whether the CPU has the features a path's functions are compiled for (their target
    attributes; every AVX-512F CPU also has FMA). */
 static int cpu_has_avx512(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+}
+
+/* bfloat16 dot products, with AVX512BW's 16-bit loads and permutes (every CPU with
+   AVX512-BF16 so far has BW) */
+static int cpu_has_avx512_bf16(void)
+{
+    __builtin_cpu_init();
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
 }
 
 /* F16C too, for the float16 widening (every AVX2 CPU so far has it) */
@@ -96,43 +102,77 @@ static int cpu_has_avx2_fma(void)
 
 static int cpu_has_any(void) { return 1; }
 
-/* The SIMD paths, best first, by the name attn_select_isa accepts. */
+/* The SIMD paths, best first, by the name attn_select_isa accepts. bf16: the bfloat16
+   dot-product operations, or NULL where bfloat16 is widened to float32. The emulated path
+   (tile_ops_emulated.c) comes after generic, which every CPU runs: "auto" never takes it. */
 static const struct isa_path {
     const char *name;
     int (*cpu_runs)(void);
     const struct tile_ops_f32 *f32;
     const struct tile_ops_f64 *f64;
-    const struct widen_ops *widen;
+    const struct convert_ops *convert;
+    const struct tile_ops_bf16 *bf16;
 } isa_paths[] = {
-    {"avx512", cpu_has_avx512, &tile_ops_avx512_f32, &tile_ops_avx512_f64, &widen_avx512},
-    {"avx2-fma", cpu_has_avx2_fma, &tile_ops_avx2_f32, &tile_ops_avx2_f64, &widen_avx2},
-    {"generic", cpu_has_any, &tile_ops_generic_f32, &tile_ops_generic_f64, &widen_generic},
+    {"avx512-bf16", cpu_has_avx512_bf16, &tile_ops_avx512_f32, &tile_ops_avx512_f64, &convert_avx512,
+     &tile_ops_avx512_bf16},
+    {"avx512", cpu_has_avx512, &tile_ops_avx512_f32, &tile_ops_avx512_f64, &convert_avx512, NULL},
+    {"avx2-fma", cpu_has_avx2_fma, &tile_ops_avx2_f32, &tile_ops_avx2_f64, &convert_avx2, NULL},
+    {"generic", cpu_has_any, &tile_ops_generic_f32, &tile_ops_generic_f64, &convert_generic, NULL},
+    {"avx512-bf16-emulated", cpu_has_any, &tile_ops_emulated_f32, &tile_ops_generic_f64, &convert_generic,
+     &tile_ops_emulated_bf16},
 };
+#define N_ISA_PATHS (sizeof isa_paths / sizeof isa_paths[0])
+
+/* the selected path (one pointer, so a call reads one path's operations) */
+static const struct isa_path *active = &isa_paths[N_ISA_PATHS - 2];
+
+/* the path named so that the CPU runs, or NULL */
+static const struct isa_path *runnable_path(const char *name)
+{
+    for (size_t i = 0; i < N_ISA_PATHS; i++)
+        if (strcmp(name, isa_paths[i].name) == 0)
+            return isa_paths[i].cpu_runs() ? &isa_paths[i] : NULL;
+    return NULL;
+}
 
 /* "auto" takes the first path the CPU runs; a name, that path if the CPU runs it. */
 int attn_select_isa(const char *name)
 {
-    const int is_auto = strcmp(name, "auto") == 0;
-    for (size_t i = 0; i < sizeof isa_paths / sizeof isa_paths[0]; i++) {
-        const struct isa_path *path = &isa_paths[i];
-        if (!is_auto && strcmp(name, path->name) != 0)
-            continue;
-        if (!path->cpu_runs()) {
-            if (is_auto)
-                continue;
-            return -1;
-        }
-        ops_f32 = path->f32;
-        ops_f64 = path->f64;
-        widen = path->widen;
-        return 0;
+    const struct isa_path *path = NULL;
+    if (strcmp(name, "auto") == 0) {
+        for (size_t i = 0; i < N_ISA_PATHS && !path; i++)
+            path = isa_paths[i].cpu_runs() ? &isa_paths[i] : NULL;
+    } else {
+        path = runnable_path(name);
     }
-    return -1;
+    if (!path)
+        return -1;
+    active = path;
+    return 0;
 }
 
 const char *attn_active_isa(void)
 {
-    return ops_f32->isa;
+    return active->name;
+}
+
+/* the bfloat16 dot-product instructions of the path named (tile_ops_bf16), over arrays */
+int attn_bf16_dot(const char *isa, float *acc, const uint32_t *a, const uint32_t *b, int64_t n)
+{
+    const struct isa_path *path = runnable_path(isa);
+    if (!path || !path->bf16)
+        return -1;
+    path->bf16->dot_lanes(acc, a, b, n);
+    return 0;
+}
+
+int attn_bf16_round(const char *isa, const float *x, int64_t n, uint16_t *y)
+{
+    const struct isa_path *path = runnable_path(isa);
+    if (!path || !path->bf16)
+        return -1;
+    path->bf16->round_lanes(x, n, y);
+    return 0;
 }
 
 __attribute__((constructor)) static void select_default_isa(void)
@@ -153,7 +193,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define QUERY_TILE ATTN_F32_QUERY_TILE
 #define KEY_TILE ATTN_F32_KEY_TILE
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)   /* Sᵀ rows per panel */
-#define ACTIVE_OPS ops_f32
+#define ACTIVE_OPS active->f32
 #define EXP expf
 #include "flash_driver_template.h"
 #undef SUFFIX
@@ -170,22 +210,51 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define KV_TO_REAL(x, scale, row0, rows, width, y) \
     ((void)(scale), Q_TO_REAL((x) + (row0) * (width), (rows) * (width), y))
 #define SUFFIX(name) name##_bf16
-#define Q_TO_REAL widen->bf16
+#define Q_TO_REAL active->convert->widen_bf16
+#define OUT_NARROW active->convert->narrow_bf16
 #define KV_ROW_OPS bf16_rows
 #define KV_ROW_OPS_MAX_ROWS INT64_MAX
 #include "flash_driver_template.h"
 #undef SUFFIX
 #undef Q_TO_REAL
+#undef OUT_NARROW
 #undef KV_ROW_OPS
 #define SUFFIX(name) name##_f16
-#define Q_TO_REAL widen->f16
+#define Q_TO_REAL active->convert->widen_f16
+#define OUT_NARROW active->convert->narrow_f16
 #define KV_ROW_OPS f16_rows
 #include "flash_driver_template.h"
 #undef SUFFIX
 #undef Q_TO_REAL
+#undef OUT_NARROW
 #undef KV_ROW_OPS
 #undef KV_ROW_OPS_MAX_ROWS
 #undef KV_TO_REAL
+
+/* bfloat16 on a path with a dot-product instruction (isa_path.bf16): Q, K and V multiplied
+   as bfloat16 pairs, never widened (tile_ops.h, struct tile_ops_bf16); the split-KV path
+   reads K and V in place through its row operations for any number of query rows (their
+   queries widened, exactly, into staging). */
+#undef TILE_OPS_T
+#undef ACTIVE_OPS
+#define TILE_OPS_T struct tile_ops_bf16
+#define ACTIVE_OPS active->bf16
+#define PAIRED 1
+#define SUFFIX(name) name##_bf16_dot
+#define Q_TO_REAL active->convert->widen_bf16
+#define OUT_NARROW active->convert->narrow_bf16
+#define KV_ROW_OPS dot_rows
+#define KV_ROW_OPS_MAX_ROWS INT64_MAX
+#include "flash_driver_template.h"   /* (which undefines PAIRED) */
+#undef SUFFIX
+#undef Q_TO_REAL
+#undef OUT_NARROW
+#undef KV_ROW_OPS
+#undef KV_ROW_OPS_MAX_ROWS
+#undef TILE_OPS_T
+#undef ACTIVE_OPS
+#define TILE_OPS_T struct tile_ops_f32
+#define ACTIVE_OPS active->f32
 #undef q_elem
 #undef kv_elem
 
@@ -198,7 +267,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define q_elem float
 #define kv_elem int8_t
 #define KV_TO_REAL(x, scale, row0, rows, width, y) \
-    widen->q8((x) + (row0) * (width), (scale) + (row0), rows, width, y)
+    active->convert->widen_q8((x) + (row0) * (width), (scale) + (row0), rows, width, y)
 #define SUFFIX(name) name##_q8
 #define KV_ROW_OPS q8_rows
 #define KV_ROW_OPS_MAX_ROWS 8
@@ -225,7 +294,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define QUERY_TILE ATTN_F64_QUERY_TILE
 #define KEY_TILE ATTN_F64_KEY_TILE
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)
-#define ACTIVE_OPS ops_f64
+#define ACTIVE_OPS active->f64
 #define EXP exp
 #include "flash_driver_template.h"
 #undef SUFFIX
@@ -246,29 +315,32 @@ __attribute__((constructor)) static void select_default_isa(void)
 
 int attn_forward_f32(const float *q, const float *k, const float *v, float *out, SHAPE_PARAMS(float))
 {
-    return forward_f32(q, &(struct kv_f32){.k = k, .v = v}, out, SHAPE_ARGS);
+    return forward_f32(q, &(struct kv_f32){.k = k, .v = v}, out, 0, SHAPE_ARGS);
 }
 
 int attn_forward_f64(const double *q, const double *k, const double *v, double *out, SHAPE_PARAMS(double))
 {
-    return forward_f64(q, &(struct kv_f64){.k = k, .v = v}, out, SHAPE_ARGS);
+    return forward_f64(q, &(struct kv_f64){.k = k, .v = v}, out, 0, SHAPE_ARGS);
 }
 
-int attn_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out,
+/* bfloat16 through the active path's dot products where it has them, else widened */
+int attn_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, void *out, int round_out,
                       SHAPE_PARAMS(float))
 {
-    return forward_bf16(q, &(struct kv_bf16){.k = k, .v = v}, out, SHAPE_ARGS);
+    if (active->bf16)
+        return forward_bf16_dot(q, &(struct kv_bf16_dot){.k = k, .v = v}, out, round_out, SHAPE_ARGS);
+    return forward_bf16(q, &(struct kv_bf16){.k = k, .v = v}, out, round_out, SHAPE_ARGS);
 }
 
-int attn_forward_f16(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out,
+int attn_forward_f16(const uint16_t *q, const uint16_t *k, const uint16_t *v, void *out, int round_out,
                      SHAPE_PARAMS(float))
 {
-    return forward_f16(q, &(struct kv_f16){.k = k, .v = v}, out, SHAPE_ARGS);
+    return forward_f16(q, &(struct kv_f16){.k = k, .v = v}, out, round_out, SHAPE_ARGS);
 }
 
 int attn_forward_q8(const float *q, const int8_t *k, const float *k_scale, const int8_t *v,
                     const float *v_scale, float *out, SHAPE_PARAMS(float))
 {
     return forward_q8(q, &(struct kv_q8){.k = k, .v = v, .k_scale = k_scale, .v_scale = v_scale},
-                                out, SHAPE_ARGS);
+                      out, 0, SHAPE_ARGS);
 }

@@ -22,12 +22,14 @@ int attn_forward_f64(const double *q, const double *k, const double *v, double *
                      int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
                      int64_t d, int64_t d_v, int causal, double scale, int n_threads);
 /* The 16-bit types, given as their bits (bfloat16, IEEE float16): widened exactly to float a
-   tile (or a block of decode rows) at a time and computed as attn_forward_f32 computes; out
-   is float (round it to the 16-bit type at the end, once). */
-int attn_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out,
+   tile (or a block of decode rows) at a time and computed as attn_forward_f32 computes.
+   out is float when round_out is 0; otherwise the inputs' 16-bit type (its bits), each row
+   rounded to nearest even as it is stored (as NumPy's and ml_dtypes' casts of the float
+   result round it). */
+int attn_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, void *out, int round_out,
                       int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
                       int64_t d, int64_t d_v, int causal, float scale, int n_threads);
-int attn_forward_f16(const uint16_t *q, const uint16_t *k, const uint16_t *v, float *out,
+int attn_forward_f16(const uint16_t *q, const uint16_t *k, const uint16_t *v, void *out, int round_out,
                      int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
                      int64_t d, int64_t d_v, int causal, float scale, int n_threads);
 /* An int8 KV cache with a float scale per row: key j of K/V head g is
@@ -41,10 +43,23 @@ int attn_forward_q8(const float *q, const int8_t *k, const float *k_scale, const
                     int64_t n_k, int64_t kv_rows, int64_t d, int64_t d_v, int causal, float scale,
                     int n_threads);
 
-/* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL), AVX2+FMA+F16C, generic),
-   "avx512", "avx2", "generic". Returns 0, or -1 for an unknown name or an ISA the CPU lacks. */
+/* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL) with AVX512-BF16 (and
+   BW), AVX-512, AVX2+FMA+F16C, generic), "avx512-bf16", "avx512", "avx2-fma", "generic", or
+   "avx512-bf16-emulated" (the avx512-bf16 path with each instruction emulated in portable C,
+   on any CPU: slow, for checking it; never chosen by "auto"). Only bfloat16 calls differ
+   between avx512-bf16 and avx512: multiplied by vdpbf16ps, two exact products per float32
+   lane, P rounded to bfloat16 once (tile_ops.h). Returns 0, or -1 for an unknown name or an
+   ISA the CPU lacks. */
 int attn_select_isa(const char *name);
-const char *attn_active_isa(void);   /* "avx512", "avx2-fma" or "generic" */
+const char *attn_active_isa(void);   /* the name of the path selected */
+
+/* AVX512-BF16's instructions over arrays, on the path named ("avx512-bf16" or
+   "avx512-bf16-emulated"), so that the emulation can be held to the unit: attn_bf16_dot:
+   acc[i] = vdpbf16ps of (acc[i], a[i], b[i]), a and b each two bfloat16 (the first in the
+   low half); attn_bf16_round: y[i] = x[i] rounded to bfloat16 as vcvtne2ps2bf16 rounds, for
+   i < n. Return 0, or -1 for a path that has no such unit or that the CPU lacks. */
+int attn_bf16_dot(const char *isa, float *acc, const uint32_t *a, const uint32_t *b, int64_t n);
+int attn_bf16_round(const char *isa, const float *x, int64_t n, uint16_t *y);
 
 /* attnbench's thread pool (pool.c), which c_tiled's tasks and numba_tiled's compiled tasks
    both run on.  A task: context is its loop's, task its index in [0, n_tasks), worker the

@@ -36,7 +36,8 @@ SOURCES = [
     "csrc/tile_ops_avx2_f64.c",
     "csrc/tile_ops_avx512_f32.c",
     "csrc/tile_ops_avx512_f64.c",
-    "csrc/widen.c",
+    "csrc/tile_ops_emulated.c",
+    "csrc/convert.c",
 ]
 DEPENDS = [
     "csrc/attention.h",
@@ -46,6 +47,7 @@ DEPENDS = [
     "csrc/tile_ops_generic_template.h",
     "csrc/tile_ops_simd_template.h",
     "csrc/tile_ops_row_template.h",
+    "csrc/tile_ops_bf16_dot.h",
     "csrc/tile_ops_exp.h",
 ]
 # IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no

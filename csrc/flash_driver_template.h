@@ -5,7 +5,7 @@
                             of a bfloat16 or float16, which real = float computes), or for K
                             and V int8_t (a quantised cache, one float scale per row)
      Q_TO_REAL(x, n, y)     only when q_elem is not real: y[i] = x[i] as real, i < n (a
-                            struct widen_ops function); Q is then read through staging
+                            struct convert_ops function); Q is then read through staging
      KV_TO_REAL(x, scale, row0, rows, width, y)
                             only when kv_elem is not real: y (rows, width) = rows
                             [row0, row0 + rows) of the K or V head at x, whose rows are width
@@ -13,10 +13,19 @@
                             K and V are then read through staging, a tile or a block of rows
                             at a time; otherwise in place
      KV_ROW_OPS, KV_ROW_OPS_MAX_ROWS
-                            optional, with KV_TO_REAL: the member of TILE_OPS_T (struct
-                            row_ops_f32) whose row operations read such K and V rows in place,
-                            converting as they load, which the split-KV path uses with up to
-                            KV_ROW_OPS_MAX_ROWS query rows per K/V head
+                            optional, with KV_TO_REAL or PAIRED: the member of TILE_OPS_T
+                            (struct row_ops_f32) whose row operations read such K and V rows
+                            in place, converting as they load, which the split-KV path uses
+                            with up to KV_ROW_OPS_MAX_ROWS query rows per K/V head
+     PAIRED                 optional (bfloat16 Q, K and V; TILE_OPS_T struct tile_ops_bf16):
+                            the tiles are multiplied as pairs of bfloat16 by a dot-product
+                            instruction, never widened: Q and K packed in pairs along d, V
+                            in pairs of keys, and P rounded to bfloat16 in pairs of keys
+                            between the softmax and P·V (round_p); the split-KV path reads
+                            K and V in place through KV_ROW_OPS with any number of rows
+     OUT_NARROW(x, n, y)    optional (the 16-bit types): y[i] = x[i] rounded to the inputs'
+                            type, i < n (a struct convert_ops function), how a call asked to
+                            round its output (struct shape's round_out) stores each row
      SUFFIX(name)           name##_f32, _f64, _bf16, _f16 or _q8
      TILE_OPS_T             struct tile_ops_f32 or struct tile_ops_f64
      QUERY_TILE, KEY_TILE   tile sizes (query rows, keys)
@@ -31,8 +40,9 @@
      m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax
      alpha = exp(m − m_new), l = alpha · l + rowsum P
      O = alpha · O + P V  (V packed by pack_v)      pv_tile
-   and finally out = O / l. Nothing larger than a tile is ever stored, and Sᵀ only for
-   one panel of queries at a time.
+   and finally out = O / l, each row rounded to the output's type as it is stored
+   (store_row). Nothing larger than a tile is ever stored, and Sᵀ only for one panel of
+   queries at a time.
 
    Grouped query heads: query head h attends to K/V head h / group (struct shape); the query
    tiles of each query head read their K/V head in place (the tile path is bound by its
@@ -59,6 +69,35 @@
 #else
 #define KV_STAGED 0
 #endif
+#ifndef PAIRED
+#define PAIRED 0
+#endif
+/* the packed tiles' element type: real, or two bfloat16 in one word (PAIRED) */
+#if PAIRED
+#define packed uint32_t
+#else
+#define packed real
+#endif
+
+/* Bytes of one output element: real's, or the inputs' 16-bit type's when the call rounds
+   its rows (OUT_NARROW) */
+static size_t SUFFIX(out_size)(const struct shape *sh)
+{
+    return sh->round_out ? sizeof(uint16_t) : sizeof(real);
+}
+
+/* out row `row` of the call (d_v values): stored as real, or rounded to the inputs' 16-bit
+   type as it is stored when the call asks for that */
+static void SUFFIX(store_row)(const struct shape *sh, void *out, int64_t row, const real *values)
+{
+#ifdef OUT_NARROW
+    if (sh->round_out) {
+        OUT_NARROW(values, sh->d_v, (uint16_t *)out + row * sh->d_v);
+        return;
+    }
+#endif
+    memcpy((real *)out + row * sh->d_v, values, sh->d_v * sizeof(real));
+}
 
 /* The K/V heads of a call: head 0's K and V rows and (int8) their scales, NULL otherwise;
    head g's lie g · kv_rows rows further (SUFFIX(kv_head)). */
@@ -82,27 +121,39 @@ static struct SUFFIX(kv) SUFFIX(kv_head)(const struct SUFFIX(kv) *heads, const s
 }
 
 struct SUFFIX(scratch) {
-    real *qt, *st, *ot, *m, *l, *alpha, *kp, *vp, *staging;
+    packed *qt, *kp, *vp;
+    real *st, *ot, *m, *l, *alpha, *staging, *row;
+    uint32_t *pt;   /* PAIRED: one panel's Pᵀ in pairs of keys */
     int32_t *visible, *panel_keys;
     void *block;
 };
+
+/* packed values of a row of d values: d, or d / 2 pairs rounded up (PAIRED) */
+static int64_t SUFFIX(packed_width)(int64_t d)
+{
+    return PAIRED ? ceil_div(d, 2) : d;
+}
 
 /* One 64-byte aligned block per thread, carved into the tile buffers; block is NULL on failure. */
 static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape *sh,
                                   const TILE_OPS_T *ops)
 {
     const int64_t rows = round_up(QUERY_TILE, ops->query_panel);
+    const int64_t d_packed = SUFFIX(packed_width)(sh->d), dv_pad = round_up(sh->d_v, COL_BLOCK);
     const size_t sizes[] = {
-        cache_lines(rows * sh->d * sizeof(real)),                          /* qt */
+        cache_lines(rows * d_packed * sizeof(packed)),                     /* qt */
         cache_lines(ops->query_panel * KEY_CAP * sizeof(real)),            /* st: one panel */
-        cache_lines(rows * round_up(sh->d_v, COL_BLOCK) * sizeof(real)),   /* ot */
+        cache_lines(rows * dv_pad * sizeof(real)),                         /* ot */
         cache_lines(rows * sizeof(real)),                                  /* m */
         cache_lines(rows * sizeof(real)),                                  /* l */
         cache_lines(rows * sizeof(real)),                                  /* alpha */
         cache_lines(rows * sizeof(int32_t)),                               /* visible */
         cache_lines(rows * sizeof(int32_t)),                               /* panel_keys */
-        cache_lines(KEY_CAP * sh->d * sizeof(real)),                       /* kp */
-        cache_lines(KEY_CAP * round_up(sh->d_v, COL_BLOCK) * sizeof(real)),   /* vp */
+        cache_lines(KEY_CAP * d_packed * sizeof(packed)),                  /* kp */
+        /* vp: KEY_CAP keys of each column (PAIRED: KEY_CAP / 2 pairs) */
+        cache_lines(KEY_CAP / (PAIRED + 1) * dv_pad * sizeof(packed)),
+        cache_lines(PAIRED * ops->query_panel * KEY_CAP / 2 * sizeof(uint32_t)),   /* pt */
+        cache_lines(sh->d_v * sizeof(real)),                               /* row */
         /* staging: a tile of Q, K or V converted to real (16-bit, int8), before it is packed */
         cache_lines((size_t)(Q_STAGED * rows * sh->d > KV_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v)
                              ? Q_STAGED * rows * sh->d : KV_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v))
@@ -115,7 +166,7 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     *sc = (struct SUFFIX(scratch)){.block = block};
     if (!block)
         return;
-    sc->qt = (real *)block;          block += sizes[0];
+    sc->qt = (packed *)block;        block += sizes[0];
     sc->st = (real *)block;          block += sizes[1];
     sc->ot = (real *)block;          block += sizes[2];
     sc->m = (real *)block;           block += sizes[3];
@@ -123,8 +174,10 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     sc->alpha = (real *)block;       block += sizes[5];
     sc->visible = (int32_t *)block;      block += sizes[6];
     sc->panel_keys = (int32_t *)block;   block += sizes[7];
-    sc->kp = (real *)block;          block += sizes[8];
-    sc->vp = (real *)block;          block += sizes[9];
+    sc->kp = (packed *)block;        block += sizes[8];
+    sc->vp = (packed *)block;        block += sizes[9];
+    sc->pt = (uint32_t *)block;      block += sizes[10];
+    sc->row = (real *)block;         block += sizes[11];
     sc->staging = (real *)block;
 }
 
@@ -142,6 +195,7 @@ static const real *SUFFIX(q_as_real)(const q_elem *x, int64_t count, real *stagi
 #endif
 }
 
+#if !PAIRED
 /* rows [row0, row0 + rows) of one K or V head x (width values a row; scale: the head's row
    scales, or NULL), as real: in place, or converted into staging, which must then hold
    rows · width values */
@@ -198,6 +252,54 @@ static void SUFFIX(pack_v)(const real *v, int64_t keys, int64_t d_v, real *vp)
             vp[full * KEY_CAP + j * COL_BLOCK + c - full] = v[j * d_v + min_i64(c, d_v - 1)];
     }
 }
+#endif
+
+#if PAIRED
+/* the bfloat16 pair (x[i], x[i + 1]) of a row of n values in one word, low half first (the
+   order a dot-product instruction multiplies them in), 0 for a position past n */
+static uint32_t SUFFIX(pair)(const q_elem *x, int64_t i, int64_t n)
+{
+    return (i < n ? x[i] : 0) | (uint32_t)(i + 1 < n ? x[i + 1] : 0) << 16;
+}
+
+/* qt (rows_pad / panel, d2, panel) = Qᵀ of query rows [0, rows) in pairs along d (d2 =
+   ceil(d / 2), a lone last element paired with 0), zero columns after */
+static void SUFFIX(pack_qt_pairs)(const q_elem *q, int64_t rows, int64_t rows_pad, int64_t d,
+                                  int64_t panel, uint32_t *qt)
+{
+    const int64_t d2 = ceil_div(d, 2);
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += panel)
+        for (int64_t p = 0; p < d2; p++)
+            for (int64_t lane = 0; lane < panel; lane++)
+                qt[r0 * d2 + p * panel + lane] = r0 + lane < rows ? SUFFIX(pair)(q + (r0 + lane) * d, 2 * p, d) : 0;
+}
+
+/* kp (KEY_CAP / KEY_BLOCK, d2, KEY_BLOCK) = K rows [0, keys) in pairs along d, each block of
+   KEY_BLOCK keys side by side (pack_k); keys past the tile are zero */
+static void SUFFIX(pack_k_pairs)(const kv_elem *k, int64_t keys, int64_t d, uint32_t *kp)
+{
+    const int64_t d2 = ceil_div(d, 2);
+    for (int64_t j0 = 0; j0 < keys; j0 += KEY_BLOCK) {
+        uint32_t *block = kp + j0 * d2;
+        for (int64_t i = 0; i < KEY_BLOCK; i++)
+            for (int64_t p = 0; p < d2; p++)
+                block[p * KEY_BLOCK + i] = j0 + i < keys ? SUFFIX(pair)(k + (j0 + i) * d, 2 * p, d) : 0;
+    }
+}
+
+/* vp (dv_pad / COL_BLOCK, KEY_CAP / 2, COL_BLOCK) = V rows [0, keys) in pairs of keys, (V[j, c],
+   V[j + 1, c]) in one word, each block of COL_BLOCK columns contiguous (pack_v); a lone last
+   key is paired with 0, and columns past d_v are 0 (scratch, never read) */
+static void SUFFIX(pack_v_pairs)(const kv_elem *v, int64_t keys, int64_t d_v, uint32_t *vp)
+{
+    for (int64_t j = 0; j < keys; j += 2)
+        for (int64_t c = 0; c < round_up(d_v, COL_BLOCK); c++) {
+            const uint32_t low = c < d_v ? v[j * d_v + c] : 0;
+            const uint32_t high = c < d_v && j + 1 < keys ? v[(j + 1) * d_v + c] : 0;
+            vp[c / COL_BLOCK * (KEY_CAP / 2) * COL_BLOCK + j / 2 * COL_BLOCK + c % COL_BLOCK] = low | high << 16;
+        }
+}
+#endif
 
 /* visible[r] = how many keys of the tile [j0, j0 + keys) query i0 + r sees;
    panel_keys[p] = the most any query of panel p sees. Returns whether any query sees fewer
@@ -230,21 +332,26 @@ static void SUFFIX(mask_causal)(real *st, const int32_t *visible, const int32_t 
             st[(r / panel) * KEY_CAP * panel + j * panel + r % panel] = -INFINITY;
 }
 
-/* out rows [i0, i0 + rows) of one query head, from all the keys they see of its K/V head kv */
+/* rows [i0, i0 + rows) of one query head (q: the head's queries), from all the keys they see
+   of its K/V head kv, into out rows out_row0 + i0 onwards */
 static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape *sh,
                                       real scale, const q_elem *q, const struct SUFFIX(kv) *kv,
-                                      real *out, int64_t i0, int64_t rows,
+                                      void *out, int64_t out_row0, int64_t i0, int64_t rows,
                                       const struct SUFFIX(scratch) *sc)
 {
     const kv_elem *k = kv->k, *v = kv->v;
-    const int64_t d = sh->d, d_v = sh->d_v;
+    const int64_t d = sh->d, d_v = sh->d_v, d_packed = SUFFIX(packed_width)(d);
     const int64_t rows_pad = round_up(rows, ops->query_panel);
     const int64_t panel = ops->query_panel, dv_pad = round_up(d_v, COL_BLOCK);
     /* Causal: the tile's last row sees keys up to i0 + rows − 1 + offset; later key tiles
        are skipped. */
     const int64_t key_end = sh->causal ? min_i64(sh->n_k, i0 + rows + sh->causal_offset) : sh->n_k;
 
+#if PAIRED
+    SUFFIX(pack_qt_pairs)(q + i0 * d, rows, rows_pad, d, panel, sc->qt);
+#else
     SUFFIX(pack_qt)(SUFFIX(q_as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
+#endif
     for (int64_t r = 0; r < rows_pad; r++) {
         sc->m[r] = -INFINITY;
         sc->l[r] = 0;
@@ -256,8 +363,13 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
         const int diagonal = SUFFIX(count_visible)(sh, i0, j0, keys, rows_pad, panel,
                                                    sc->visible, sc->panel_keys);
 
+#if PAIRED
+        SUFFIX(pack_k_pairs)(k + j0 * d, keys, d, sc->kp);
+        SUFFIX(pack_v_pairs)(v + j0 * d_v, keys, d_v, sc->vp);
+#else
         SUFFIX(pack_k)(SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
         SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
+#endif
         /* the next key tile's K and V rows, contiguous in the input, fetched into L2 a
            slice per panel while this tile computes, so that packing them finds them there */
         const int64_t next_keys = min_i64(KEY_TILE, key_end - j0 - keys);
@@ -272,20 +384,27 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
             const int32_t *panel_keys = sc->panel_keys + r0 / panel;
             if (*panel_keys == 0)
                 continue;
-            ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d, panel, d, scale, sc->st, KEY_CAP);
+            ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st, KEY_CAP);
             if (diagonal)
                 SUFFIX(mask_causal)(sc->st, sc->visible + r0, panel_keys, panel, panel);
             ops->online_softmax(sc->st, KEY_CAP, panel_keys, panel, sc->m + r0, sc->l + r0,
                                 sc->alpha + r0);
+#if PAIRED
+            ops->round_p(sc->st, *panel_keys, sc->pt);   /* Pᵀ in bfloat16 pairs of keys */
+            ops->pv_tile(sc->pt, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
+                         sc->ot + r0 * dv_pad);
+#else
             ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
                          sc->ot + r0 * dv_pad);
+#endif
         }
     }
 
     for (int64_t r = 0; r < rows; r++) {
         const real *o = sc->ot + (r / panel) * dv_pad * panel + r % panel;   /* o[c * panel] */
         for (int64_t c = 0; c < d_v; c++)
-            out[(i0 + r) * d_v + c] = o[c * panel] / sc->l[r];
+            sc->row[c] = o[c * panel] / sc->l[r];
+        SUFFIX(store_row)(sh, out, out_row0 + i0 + r, sc->row);
     }
 }
 
@@ -325,25 +444,30 @@ static void SUFFIX(attend_rows)(const TILE_OPS_T *ops, const struct shape *sh, r
        25 -> 20 ms. (The scales, 4 bytes a row, are left to the hardware prefetchers.) */
     const struct read_ahead k_ahead = SUFFIX(rows_ahead)(kv->k, d, jb + keys, next_keys, part, parts);
     const struct read_ahead v_ahead = SUFFIX(rows_ahead)(kv->v, d_v, jb + keys, next_keys, part, parts);
+    /* S = scale · Q Kᵀ */
 #ifdef KV_ROW_OPS
     const struct row_ops_f32 *direct = &ops->KV_ROW_OPS;
     if (!k_rows)
         direct->qk_rows(kv->k + jb * d, kv->k_scale ? kv->k_scale + jb : NULL, keys, d, q, n, scale, s,
                         DECODE_KEY_BLOCK, k_ahead);
-    else
 #endif
-        ops->qk_rows(k_rows, keys, d, q, n, scale, s, DECODE_KEY_BLOCK, k_ahead);   /* S = scale · Q Kᵀ */
+#if !PAIRED   /* (bfloat16 pairs are only ever read in place) */
+    if (k_rows)
+        ops->qk_rows(k_rows, keys, d, q, n, scale, s, DECODE_KEY_BLOCK, k_ahead);
+#endif
     for (int64_t r = 0; r < n; r++)
         alpha[r] = ops->online_softmax_row(s + r * DECODE_KEY_BLOCK, keys, state + r * stride + PARTIAL_M,
                                            state + r * stride + PARTIAL_L);
+    /* acc = alpha acc + P V */
 #ifdef KV_ROW_OPS
     if (!v_rows)
         direct->pv_rows(s, DECODE_KEY_BLOCK, kv->v + jb * d_v, kv->v_scale ? kv->v_scale + jb : NULL, keys,
                         d_v, alpha, state + PARTIAL_ACC, stride, n, v_ahead);
-    else
 #endif
-        ops->pv_rows(s, DECODE_KEY_BLOCK, v_rows, keys, d_v, alpha, state + PARTIAL_ACC, stride, n,
-                     v_ahead);                                                        /* acc = alpha acc + PV */
+#if !PAIRED
+    if (v_rows)
+        ops->pv_rows(s, DECODE_KEY_BLOCK, v_rows, keys, d_v, alpha, state + PARTIAL_ACC, stride, n, v_ahead);
+#endif
 }
 
 /* partial (group · n_q, d_v + 2): the state of each query row of one K/V head's group (row
@@ -375,10 +499,11 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
        spares storing the converted block and loading it back (measured, 2 threads, 8 heads
        of one query row, n_k = 65536, d = 64: int8 8.4 -> 4.7 ms, float16 11.4 -> 8.4 ms);
        beyond, the rows share one conversion into staging (attention.c says which, per
-       type). Not on the generic ISA, which has no such operations. */
-    int direct = 0;
+       type). Not on the generic ISA, which has no such operations. bfloat16 pairs are
+       always read in place. */
+    int direct = PAIRED;
 #ifdef KV_ROW_OPS
-    direct = rows <= KV_ROW_OPS_MAX_ROWS && ops->KV_ROW_OPS.qk_rows;
+    direct |= rows <= KV_ROW_OPS_MAX_ROWS && ops->KV_ROW_OPS.qk_rows;
 #endif
     /* the keys the last query index sees, the most any row sees */
     const int64_t seen = min_i64(j1, visible_keys(sh, sh->n_q - 1));
@@ -386,8 +511,14 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
         const int64_t block_end = min_i64(seen, jb + DECODE_KEY_BLOCK);
         const int64_t next_keys = min_i64(DECODE_KEY_BLOCK, seen - block_end);
         /* real K and V in place, others staged; NULL: read in place by the direct operations */
+#if PAIRED
+        const real *k_rows = NULL, *v_rows = NULL;
+        (void)k_staging;
+        (void)v_staging;
+#else
         const real *k_rows = direct ? NULL : SUFFIX(kv_as_real)(kv->k, kv->k_scale, jb, block_end - jb, d, k_staging);
         const real *v_rows = direct ? NULL : SUFFIX(kv_as_real)(kv->v, kv->v_scale, jb, block_end - jb, d_v, v_staging);
+#endif
         for (int64_t r = 0, n; r < rows; r += n) {
             /* the block's keys row r sees: a masked key is never read, not even with weight
                0; the rows after it that see as many join its call */
@@ -409,17 +540,17 @@ static int64_t SUFFIX(decode_staging)(const struct shape *sh)
     return Q_STAGED * sh->group * sh->n_q * sh->d + KV_STAGED * DECODE_KEY_BLOCK * (sh->d + sh->d_v);
 }
 
-/* out_row (d_v) of a row of query index i from the partial states of the chunks it sees
+/* row (d_v) of a row of query index i from the partial states of the chunks it sees
    keys of, the first at partial, the next chunk_stride further: m = max m_c,
    w_c = exp(m_c − m), out = Σ w_c acc_c / Σ w_c l_c; zeros for a row that sees no key. A
    chunk whose scores were all −inf has w_c = 0 (its l_c and acc_c are 0, or NaN, which
    0 · NaN keeps); an all −inf row ends as 0/0 = NaN, and a NaN or +inf score as NaN, all as
    in the reference. */
 static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t i, int64_t key_chunk,
-                                 const real *partial, int64_t chunk_stride, real *out_row)
+                                 const real *partial, int64_t chunk_stride, real *row)
 {
     const int64_t chunks = ceil_div(visible_keys(sh, i), key_chunk);
-    memset(out_row, 0, sh->d_v * sizeof(real));
+    memset(row, 0, sh->d_v * sizeof(real));
     if (chunks == 0)
         return;
     real m = -INFINITY;
@@ -433,10 +564,10 @@ static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t i, int64_t key_
         const real w = EXP(state[PARTIAL_M] - m_ref);
         l += w * state[PARTIAL_L];
         for (int64_t col = 0; col < sh->d_v; col++)
-            out_row[col] += w * state[PARTIAL_ACC + col];
+            row[col] += w * state[PARTIAL_ACC + col];
     }
     for (int64_t col = 0; col < sh->d_v; col++)
-        out_row[col] /= l;
+        row[col] /= l;
 }
 
 /* One split-KV call: its (K/V head, key chunk) tasks, then its (query row) merges. */
@@ -446,7 +577,9 @@ struct SUFFIX(split_kv_loop) {
     real scale;
     const q_elem *q;
     struct SUFFIX(kv) kv;
-    real *out, *partial, *staging;   /* staging: decode_staging values per worker */
+    void *out;
+    real *partial, *staging;   /* staging: decode_staging values per worker */
+    real *rows;                /* a row of d_v values per worker, for the merges */
     int64_t key_chunk, chunks, chunk_stride, row_stride;
 };
 
@@ -465,13 +598,14 @@ static void SUFFIX(key_chunk_task)(void *context, int64_t w, int32_t worker)
 /* query row w of the call (its rows are the group's rows of each K/V head in turn) */
 static void SUFFIX(merge_task)(void *context, int64_t w, int32_t worker)
 {
-    (void)worker;
     const struct SUFFIX(split_kv_loop) *loop = context;
     const struct shape *sh = loop->sh;
     const int64_t rows = sh->group * sh->n_q, g = w / rows, r = w % rows;
+    real *row = loop->rows + worker * sh->d_v;
     SUFFIX(merge_chunks)(sh, r % sh->n_q, loop->key_chunk,
                          loop->partial + g * loop->chunks * loop->chunk_stride + r * loop->row_stride,
-                         loop->chunk_stride, loop->out + w * sh->d_v);
+                         loop->chunk_stride, row);
+    SUFFIX(store_row)(sh, loop->out, w, row);
 }
 
 /* The split-KV path for all heads: (K/V head, key chunk) tasks, then (query row) merges.
@@ -479,7 +613,7 @@ static void SUFFIX(merge_task)(void *context, int64_t w, int32_t worker)
    none shorter than DECODE_MIN_CHUNK keys. Returns nonzero if the partials could not be
    allocated. */
 static int SUFFIX(attend_split_kv)(const TILE_OPS_T *ops, const struct shape *sh, real scale,
-                                   const q_elem *q, const struct SUFFIX(kv) *kv, real *out,
+                                   const q_elem *q, const struct SUFFIX(kv) *kv, void *out,
                                    int64_t batch, int32_t threads)
 {
     const int64_t kv_heads = batch / sh->group;
@@ -489,14 +623,15 @@ static int SUFFIX(attend_split_kv)(const TILE_OPS_T *ops, const struct shape *sh
                                        DECODE_KEY_BLOCK);
     const int64_t chunks = ceil_div(sh->n_k, key_chunk);
     const int64_t row_stride = sh->d_v + PARTIAL_ACC, chunk_stride = sh->group * sh->n_q * row_stride;
-    /* the partial states, then each worker's staging */
-    real *partial = malloc((size_t)(kv_heads * chunks * chunk_stride + threads * SUFFIX(decode_staging)(sh))
-                           * sizeof(real));
+    /* the partial states, then each worker's staging and merged row */
+    const int64_t per_worker = SUFFIX(decode_staging)(sh) + sh->d_v;
+    real *partial = malloc((size_t)(kv_heads * chunks * chunk_stride + threads * per_worker) * sizeof(real));
     if (!partial)
         return 1;
+    real *staging = partial + kv_heads * chunks * chunk_stride;
     struct SUFFIX(split_kv_loop) loop = {
         .ops = ops, .sh = sh, .scale = scale, .q = q, .kv = *kv, .out = out,
-        .partial = partial, .staging = partial + kv_heads * chunks * chunk_stride,
+        .partial = partial, .staging = staging, .rows = staging + threads * SUFFIX(decode_staging)(sh),
         .key_chunk = key_chunk, .chunks = chunks,
         .chunk_stride = chunk_stride, .row_stride = row_stride,
     };
@@ -514,7 +649,7 @@ struct SUFFIX(tile_loop) {
     real scale;
     const q_elem *q;
     struct SUFFIX(kv) kv;
-    real *out;
+    void *out;
     int64_t batch, tiles, query_tile;
     struct SUFFIX(scratch) *scratch;   /* one per worker, allocated on its first task */
     atomic_int failed;
@@ -536,20 +671,20 @@ static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
     const int64_t i0 = sh->first_row + tile * loop->query_tile;
     const struct SUFFIX(kv) kv = SUFFIX(kv_head)(&loop->kv, sh, h / sh->group);
     SUFFIX(attend_query_tile)(loop->ops, sh, loop->scale, loop->q + h * sh->n_q * sh->d, &kv,
-                              loop->out + h * sh->n_q * sh->d_v, i0,
-                              min_i64(loop->query_tile, sh->n_q - i0), sc);
+                              loop->out, h * sh->n_q, i0, min_i64(loop->query_tile, sh->n_q - i0), sc);
 }
 
 /* The entry point's work (attention.h): q (batch, n_q, d), query head h reading K/V head
-   h / group of kv; out (batch, n_q, d_v). */
-static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, real *out,
+   h / group of kv; out (batch, n_q, d_v) of real, or, with round_out, of the inputs'
+   16-bit type. */
+static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *out, int round_out,
                            int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
                            int64_t d, int64_t d_v, int causal, real scale, int n_threads)
 {
     if (group < 1 || batch % group != 0 || kv_rows < n_k)
         return -1;
     const TILE_OPS_T *ops = ACTIVE_OPS;
-    const struct shape sh = make_shape(n_q, n_k, d, d_v, causal, group, kv_rows);
+    const struct shape sh = make_shape(n_q, n_k, d, d_v, causal, group, kv_rows, round_out);
     /* 2 · batch · n_q · n_k · (d + d_v) flops, causal or not */
     const int32_t threads = pool_threads_for(n_threads, 2.0 * batch * n_q * n_k * (double)(d + d_v));
 
@@ -557,8 +692,9 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, real *o
         return SUFFIX(attend_split_kv)(ops, &sh, scale, q, kv, out, batch, threads);
 
     /* Causal with n_q > n_k: the first rows see no key at all. */
+    const size_t out_size = SUFFIX(out_size)(&sh);   /* (a 16-bit zero is all zero bits too) */
     for (int64_t h = 0; h < batch; h++)
-        memset(out + h * n_q * d_v, 0, sh.first_row * d_v * sizeof(real));
+        memset((char *)out + h * n_q * d_v * out_size, 0, sh.first_row * d_v * out_size);
 
     /* Full QUERY_TILE rows reuse each K and V row best, but a single head at moderate n
        then gives too few tiles to share among the threads: shrink the tile (in whole
@@ -587,3 +723,5 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, real *o
 #undef PARTIAL_ACC
 #undef Q_STAGED
 #undef KV_STAGED
+#undef PAIRED
+#undef packed

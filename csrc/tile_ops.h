@@ -45,6 +45,8 @@
 #ifndef ATTNBENCH_TILE_OPS_H
 #define ATTNBENCH_TILE_OPS_H
 
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -56,6 +58,7 @@
                             whole vectors of every ISA */
 #define ROW_GROUP 4      /* query rows per qk_rows / pv_rows call: each K and V vector loaded
                             meets up to 4 rows (8 FMA chains of ROW_KEYS / 4 keys × 4 rows) */
+#define ROW_KEYS_MAX 64  /* keys per qk_rows / pv_rows call at most (the split-KV path's block) */
 
 /* Index arithmetic, shared by the driver and the tile operations. */
 static inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -64,13 +67,21 @@ static inline int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) { return x < 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-/* The scalar conversions of the 16-bit formats to float (exact: float holds every value):
-   widen.c's tails, and the tails of the row operations that read those rows directly. */
+/* The scalar conversions between float and the 16-bit formats: convert.c's tails, and the
+   tails of the row operations that read those rows directly.  Widening is exact (float
+   holds every value); narrowing rounds to nearest even, as NumPy and ml_dtypes do. */
 static inline float float_from_bits(uint32_t bits)
 {
     float x;
     memcpy(&x, &bits, sizeof x);
     return x;
+}
+
+static inline uint32_t bits_of_float(float x)
+{
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return bits;
 }
 
 /* bfloat16 is the upper half of a float32: its bits, shifted into place */
@@ -94,6 +105,101 @@ static inline float f16_to_f32(uint16_t h)
         bits = (uint32_t)(top + 103) << 23 | (mantissa << (23 - top) & 0x7fffff);
     }
     return float_from_bits(sign | bits);
+}
+
+/* float to bfloat16, to nearest even on the bits: adding 0x7fff and the last bit kept carries
+   into the upper half exactly when the lower half is past (or at, for an odd upper half)
+   its midpoint; overflow carries into infinity, subnormals round as any value; a NaN
+   becomes ml_dtypes' quiet NaN of its sign */
+static inline uint16_t f32_to_bf16(float x)
+{
+    const uint32_t u = bits_of_float(x);
+    if ((u & 0x7fffffff) > 0x7f800000)
+        return (uint16_t)(u >> 16 & 0x8000) | 0x7fc0;
+    return (uint16_t)((u + 0x7fff + (u >> 16 & 1)) >> 16);
+}
+
+/* float to float16, to nearest even, in integers (see f16_to_f32): at least 65,520 (the
+   midpoint past 65,504) becomes infinity; below 2^-14 the value is a multiple of 2^-24 (a
+   subnormal, or 2^-14 itself when it rounds up); a NaN stays quiet with its top payload
+   bits, as F16C's vcvtps2ph */
+static inline uint16_t f32_to_f16(float x)
+{
+    const uint32_t u = bits_of_float(x), a = u & 0x7fffffff;
+    const uint16_t sign = (uint16_t)(u >> 16 & 0x8000);
+    if (a > 0x7f800000)                    /* NaN */
+        return sign | 0x7e00 | (uint16_t)(a >> 13 & 0x3ff);
+    if (a >= 0x477ff000)                   /* 65,520 and up, infinity */
+        return sign | 0x7c00;
+    if (a >= 0x38800000) {                 /* normal: rebias 127 -> 15, round off 13 bits */
+        const uint32_t rebiased = a - 0x38000000;
+        return sign | (uint16_t)((rebiased + 0xfff + (rebiased >> 13 & 1)) >> 13);
+    }
+    if (a <= 0x33000000)                   /* at most 2^-25, half the least subnormal: 0 */
+        return sign;
+    /* a subnormal result: the significand (with its leading bit) in units of 2^-24 */
+    const uint32_t significand = (a & 0x7fffff) | 0x800000, shift = 126 - (a >> 23);   /* 14..24 */
+    const uint32_t kept = significand >> shift, rest = significand & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return sign | (uint16_t)(kept + (rest > half || (rest == half && (kept & 1))));
+}
+
+/* AVX512-BF16's two instructions, exactly, in portable C, as the instruction reference
+   states them: the emulated path's (tile_ops_emulated.c), and what the tests hold the
+   instructions to where a CPU has them (attn_bf16_dot, attn_bf16_round). */
+
+/* a subnormal as the zero of its sign (the instructions' "denormals are zero") */
+static inline float subnormal_as_zero(float x)
+{
+    return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x;   /* (NaN compares false: kept) */
+}
+
+/* vcvtne2ps2bf16's (and vcvtneps2bf16's) rounding of one float: to nearest even on the bits
+   as f32_to_bf16, but a subnormal becomes a zero of its sign, and a NaN its own top bits with
+   the quiet bit set */
+static inline uint16_t bf16_round_as_vcvtne(float x)
+{
+    const uint32_t u = bits_of_float(x);
+    if ((u & 0x7f800000) == 0)
+        return (uint16_t)(u >> 16 & 0x8000);
+    if ((u & 0x7fffffff) > 0x7f800000)
+        return (uint16_t)(u >> 16 | 0x40);
+    return (uint16_t)((u + 0x7fff + (u >> 16 & 1)) >> 16);
+}
+
+/* c + a · b as one step of vdpbf16ps computes it ("FP32 FMA with daz in, ftz out and RNE
+   rounding"): subnormal inputs read as zeros, the exact result rounded once to nearest even,
+   and a result that is tiny after that rounding (below 2^-126, with the exponent unbounded:
+   IEEE's "after rounding", as x86 detects it) written as a zero of its sign.
+     A product of two bfloat16 (8 significant bits each) that is a normal float is exact,
+   so then c + a · b in float is that one rounding, and a sum of two floats below 2^-126 is
+   exact: flushing a subnormal sum is the rule. Any other product (zero, tiny, overflowing,
+   NaN) goes through fmaf, exact too. A zero product leaves c (or a zero), never tiny; a
+   nonzero tiny one's result near 2^-126 is decided on the operands scaled by 2^64 (exact:
+   such a result needs |c| and |a · b| below about 2^-99, so |a| < 2^27 and nothing
+   overflows), where gradual underflow's coarser grid cannot round a tiny result up to
+   2^-126. Independent of the thread's own MXCSR: with FTZ or DAZ set by someone else, the
+   float operations here flush exactly where the rule does. */
+static inline float bf16_dot_step(float a, float b, float c)
+{
+    a = subnormal_as_zero(a);
+    b = subnormal_as_zero(b);
+    c = subnormal_as_zero(c);
+    const float product = a * b;
+    if (fabsf(product) >= FLT_MIN && fabsf(product) <= FLT_MAX)
+        return subnormal_as_zero(c + product);
+    const float r = fmaf(a, b, c);
+    if (a == 0 || b == 0 || !(fabsf(r) < 0x1p-125f) || r == 0)   /* c, NaN, infinite, clear of 2^-126, or zero */
+        return r;
+    const float scaled = fmaf(a * 0x1p64f, b, c * 0x1p64f);
+    return fabsf(scaled) >= 0x1p-62f ? scaled * 0x1p-64f : copysignf(0.0f, scaled);
+}
+
+/* vdpbf16ps on one float32 lane: acc + the high halves' product, then + the low halves'
+   (two bfloat16 in each 32-bit word of a and b, the first of a pair in the low half) */
+static inline float bf16_dot_lane(float acc, uint32_t a, uint32_t b)
+{
+    acc = bf16_dot_step(bf16_to_f32((uint16_t)(a >> 16)), bf16_to_f32((uint16_t)(b >> 16)), acc);
+    return bf16_dot_step(bf16_to_f32((uint16_t)a), bf16_to_f32((uint16_t)b), acc);
 }
 
 /* Bytes to fetch into L2 over a loop, a few lines a step (read_ahead_of, then in the loop's
@@ -128,8 +234,8 @@ static inline void read_ahead_step(struct read_ahead *ahead)
 
 /* qk_rows and pv_rows (below) over K or V rows kept in another format (bfloat16, float16
    bits, or int8 with a float scale per row, scale NULL otherwise), each element converted to
-   float as it is loaded, exactly as struct widen_ops converts it, so the results are those
-   of the float rows' operations on widen_ops' output. The split-KV path reads the rows in
+   float as it is loaded, exactly as struct convert_ops widens it, so the results are those
+   of the float rows' operations on its output. The split-KV path reads the rows in
    place through them, as float32's: they spare the store of the converted rows and their
    reload. NULL on the generic path, which converts into staging instead. */
 struct row_ops_f32 {
@@ -190,20 +296,59 @@ struct tile_ops_f64 {
                     struct read_ahead ahead);
 };
 
-/* Conversions to float (widen.c), one set per ISA:
-   bf16, f16: y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16 or a
-     float16: how the 16-bit entry points read their inputs, a tile at a time.
-   q8: y (rows, width) = scale[i] · x row i (int8), each product rounded once to float (the
-     int8 value is exact in float): how the int8 entry point dequantises a block of K or V
-     rows, which lie contiguous (width apart) in x and in y. */
-struct widen_ops {
-    void (*bf16)(const uint16_t *x, int64_t n, float *y);
-    void (*f16)(const uint16_t *x, int64_t n, float *y);
-    void (*q8)(const int8_t *x, const float *scale, int64_t rows, int64_t width, float *y);
+/* bfloat16 multiplied by a dot-product instruction (AVX512-BF16's vdpbf16ps, or its
+   emulation: tile_ops_bf16_dot.h), two bfloat16 products per float32 lane, each exact,
+   summed in float32 (bf16_dot_lane). The tiles hold bfloat16 in pairs, two in each 32-bit
+   word, the first in the low half (a lone last value paired with 0):
+     qt (rows_pad / query_panel, d2, query_panel)   Qᵀ in pairs along d, d2 = ceil(d / 2)
+     kp (key_cap / KEY_BLOCK, d2, KEY_BLOCK)        K in pairs along d
+     pt (key_cap / 2, query_panel)                  one panel's Pᵀ rounded to bfloat16, in pairs
+                                                    of keys (P[j], P[j + 1])
+     vp (dv_pad / COL_BLOCK, key_cap / 2, COL_BLOCK)   V in pairs of keys
+   and Sᵀ, Oᵀ, m, l, alpha, visible and panel_keys as struct tile_ops_f32 has them; the online
+   softmax is float32's, of the same panels, but each weight P rounded to bfloat16 as it is
+   computed (and summed so into l). The split-KV path reads bfloat16 K and V rows in place
+   through dot_rows (struct row_ops_f32, at most ROW_KEYS_MAX keys a call), whose q and P
+   are float holding bfloat16 values (q widened, P rounded by online_softmax_row). */
+struct tile_ops_bf16 {
+    int64_t query_panel;
+    /* Sᵀ (keys, rows_pad) = scale · K Qᵀ from kp and qt, as tile_ops_f32's qk_tile */
+    void (*qk_tile)(const uint32_t *kp, const int32_t *panel_keys, const uint32_t *qt,
+                    int64_t rows_pad, int64_t d2, float scale, float *st, int64_t key_cap);
+    void (*online_softmax)(float *st, int64_t key_cap, const int32_t *panel_keys,
+                           int64_t rows_pad, float *m, float *l, float *alpha);
+    /* pt = one panel's Pᵀ (its first keys rows of st) rounded to bfloat16 pairs */
+    void (*round_p)(const float *st, int64_t keys, uint32_t *pt);
+    /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from pt and vp, query r summing over its first visible[r] keys */
+    void (*pv_tile)(const uint32_t *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
+                    const uint32_t *vp, int64_t d_v, int64_t rows_pad, float *ot);
+    float (*online_softmax_row)(float *s, int64_t keys, float *m, float *l);
+    struct row_ops_f32 dot_rows;
+    /* the instructions themselves over arrays, for the tests (tile_ops_bf16_dot.h) */
+    void (*dot_lanes)(float *acc, const uint32_t *a, const uint32_t *b, int64_t n);
+    void (*round_lanes)(const float *x, int64_t n, uint16_t *y);
 };
 
-extern const struct widen_ops widen_generic, widen_avx2, widen_avx512;
-extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32, tile_ops_avx512_f32;
+/* Conversions between float and the other formats (convert.c), one set per ISA:
+   widen_bf16, widen_f16: y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16
+     or a float16: how the 16-bit entry points read their inputs, a tile at a time.
+   widen_q8: y (rows, width) = scale[i] · x row i (int8), each product rounded once to float
+     (the int8 value is exact in float): how the int8 entry point dequantises a block of K
+     or V rows, which lie contiguous (width apart) in x and in y.
+   narrow_bf16, narrow_f16: y[i] = x[i] rounded to nearest even, as bits (f32_to_bf16,
+     f32_to_f16): how a 16-bit entry point stores an output row when asked to. */
+struct convert_ops {
+    void (*widen_bf16)(const uint16_t *x, int64_t n, float *y);
+    void (*widen_f16)(const uint16_t *x, int64_t n, float *y);
+    void (*widen_q8)(const int8_t *x, const float *scale, int64_t rows, int64_t width, float *y);
+    void (*narrow_bf16)(const float *x, int64_t n, uint16_t *y);
+    void (*narrow_f16)(const float *x, int64_t n, uint16_t *y);
+};
+
+extern const struct convert_ops convert_generic, convert_avx2, convert_avx512;
+extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32, tile_ops_avx512_f32,
+    tile_ops_emulated_f32;
+extern const struct tile_ops_bf16 tile_ops_avx512_bf16, tile_ops_emulated_bf16;
 extern const struct tile_ops_f64 tile_ops_generic_f64, tile_ops_avx2_f64, tile_ops_avx512_f64;
 
 #endif

@@ -1,7 +1,9 @@
 /* float32 tile operations with AVX-512 (F, VL), 16 queries per __m512: the vocabulary and
-   the register plan of tile_ops_simd_template.h, which holds the algorithm.
+   the register plan of tile_ops_simd_template.h, which holds the algorithm; and bfloat16's
+   with AVX512-BF16's dot products (tile_ops_bf16_dot.h).
    The file is compiled for the baseline ISA; only these functions carry
-   target("avx512f,avx512vl,fma"), and attention.c selects them only on CPUs with those. */
+   target("avx512f,avx512vl,fma") (the bfloat16 ones also avx512bw and avx512bf16), and
+   attention.c selects them only on CPUs with those. */
 #include <immintrin.h>
 #include <math.h>
 #include "tile_ops.h"
@@ -82,6 +84,56 @@ INLINE_TARGET __m512 load_row_f16(const uint16_t *p)
 INLINE_TARGET __m512 load_row_q8(const int8_t *p)
 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+/* bfloat16 dot products (tile_ops_bf16_dot.h): vdpbf16ps, vcvtne2ps2bf16, and AVX512BW's
+   16-bit masked loads and word permutes; the softmax's rounding of P in AVX-512F's integer
+   operations (f32_to_bf16's), so that it runs in the float32 functions */
+INLINE_TARGET __m512 v_round_bf16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i last_kept = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(last_kept, _mm512_set1_epi32(0x7fff))),
+                                             _mm512_set1_epi32((int)0xffff0000u));
+    return _mm512_mask_mov_ps(_mm512_castsi512_ps(rounded), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+#define BF16_DOT_OPS tile_ops_avx512_bf16
+#define DOT_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16,fma")))
+#define INLINE_DOT_WORD static inline __attribute__((always_inline)) DOT_TARGET
+typedef __m512i pairs;
+#define P(op) pairs_##op
+INLINE_DOT_WORD pairs pairs_load(const uint32_t *p) { return _mm512_load_si512(p); }
+INLINE_DOT_WORD pairs pairs_loadu(const void *p) { return _mm512_loadu_si512(p); }
+INLINE_DOT_WORD void pairs_store(uint32_t *p, pairs x) { _mm512_store_si512(p, x); }
+INLINE_DOT_WORD void pairs_storeu(void *p, pairs x) { _mm512_storeu_si512(p, x); }
+INLINE_DOT_WORD pairs pairs_set1(uint32_t w) { return _mm512_set1_epi32((int)w); }
+INLINE_DOT_WORD pairs pairs_low_halves(pairs x) { return _mm512_and_si512(x, _mm512_set1_epi32(0xffff)); }
+INLINE_DOT_WORD __m512 v_dot(__m512 acc, pairs a, pairs b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+INLINE_DOT_WORD __m512 v_dot_where(lane_mask mask, __m512 acc, pairs a, pairs b)
+{
+    return _mm512_mask_dpbf16_ps(acc, mask, (__m512bh)a, (__m512bh)b);
+}
+/* vcvtne2ps2bf16 puts the second operand's 16 roundings in the low words, the first's above */
+INLINE_DOT_WORD pairs pairs_round_run(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
+/* the run lo, hi, then word i of each side by side: word 2i from word i, 2i + 1 from 16 + i */
+INLINE_DOT_WORD pairs pairs_round(__m512 lo, __m512 hi)
+{
+    const __m512i i = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i from = _mm512_or_si512(i, _mm512_slli_epi32(_mm512_add_epi32(i, _mm512_set1_epi32(16)), 16));
+    return _mm512_permutexvar_epi16(from, pairs_round_run(lo, hi));
+}
+INLINE_DOT_WORD pairs pairs_first(const uint16_t *p, int64_t n)
+{
+    return _mm512_maskz_loadu_epi16((__mmask32)((1u << n) - 1), p);   /* n < 32 */
+}
+/* two rows' 16-bit words zero-extended, the second shifted into the high halves */
+INLINE_DOT_WORD pairs pairs_of_rows(const uint16_t *a, const uint16_t *b, int64_t n)
+{
+    const __mmask16 mask = (__mmask16)((1u << n) - 1);   /* n <= 16 */
+    const __m256i low = n == LANES ? _mm256_loadu_si256((const __m256i *)a) : _mm256_maskz_loadu_epi16(mask, a);
+    const __m256i high = !b ? _mm256_setzero_si256()
+                         : n == LANES ? _mm256_loadu_si256((const __m256i *)b) : _mm256_maskz_loadu_epi16(mask, b);
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(low), _mm512_slli_epi32(_mm512_cvtepu16_epi32(high), 16));
 }
 
 #include "tile_ops_simd_template.h"

@@ -19,7 +19,7 @@
 
 #if ROW_CONVERTED
 /* LANES elements of a row from p, as real: converted, times the row's scale if scaled (the
-   same rounding as widen_ops' q8) */
+   same rounding as convert_ops' widen_q8) */
 INLINE_TARGET vec ROW_FN(row_load)(const ROW_T *p, real scale)
 {
     return ROW_SCALED ? V(mul)(V(set1)(scale), ROW_LOAD(p)) : ROW_LOAD(p);

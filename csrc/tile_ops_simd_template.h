@@ -27,7 +27,26 @@
    and optionally
      V_HSUMS(acc)           the lane sums of ROW_KEYS = LANES vectors as one vector (lane i:
                             acc[i]'s), which qk_rows then stores; else v_hsum each
-     ISA_NAME, TILE_OPS     the ops' name and the name of the struct defined at the end */
+     ISA_NAME, TILE_OPS     the ops' name and the name of the struct defined at the end
+     BF16_DOT_OPS           the name of a struct tile_ops_bf16 to define too (a bfloat16
+                            dot-product instruction: the operations at the end of this file),
+                            with this vocabulary:
+       pairs                  a vector of LANES 32-bit words, two bfloat16 in each (the first
+                              of a pair in the low half)
+       P(op)                  load, loadu (uint32_t *), store, storeu
+       pairs_set1(w)          the word w in every lane
+       pairs_low_halves(x)    x with its high halves 0
+       v_dot(acc, a, b)       acc + a.high · b.high, then + a.low · b.low, per lane (vdpbf16ps)
+       v_dot_where(m, acc, a, b)   the same in the lanes of m, acc elsewhere
+       v_round_bf16(x)        x rounded to bfloat16, as floats: to nearest even (f32_to_bf16,
+                              a NaN kept), in the float32 functions' target
+       pairs_round(lo, hi)    lane i: (lo_i, hi_i) rounded to bfloat16 (vcvtne2ps2bf16's
+                              rounding, bf16_round_as_vcvtne)
+       pairs_round_run(lo, hi)     the 2 · LANES floats lo then hi rounded, in pairs of
+                              neighbours: lane i (x[2i], x[2i + 1]) of x = lo, hi
+       pairs_first(p, n)      the first n < 2 · LANES bfloat16 from p, 0 after, as pairs
+       pairs_of_rows(a, b, n) lane i (a[i], b[i]) for i < n <= LANES, 0 after; b NULL: 0
+       DOT_TARGET             the target attributes of the functions that use them */
 
 #include "tile_ops_exp.h"
 
@@ -103,9 +122,19 @@ static TARGET void qk_tile(const real *kp, const int32_t *panel_keys, const real
                      st + r0 * key_cap + j * QUERY_PANEL);
 }
 
+/* P as the products take it: as computed, or, for the bfloat16 dot products (round_bf16),
+   rounded to bfloat16 (v_round_bf16) before the sum l is taken, so that l sums the very
+   weights P·V multiplies by and each output row stays a convex combination of V's rows */
+#ifdef BF16_DOT_OPS
+#define WEIGHT(p, round_bf16) ((round_bf16) ? v_round_bf16(p) : (p))
+#else
+#define WEIGHT(p, round_bf16) ((void)(round_bf16), (p))
+#endif
+
 /* The online softmax of one panel of queries (see tile_ops.h). The PANEL_VECS vectors of a
    key's row are loaded together and give that many independent exp computations. */
-INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha)
+INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha,
+                                        const int round_bf16)
 {
     vec m_old[PANEL_VECS], m_new[PANEL_VECS], m_ref[PANEL_VECS], sum[PANEL_VECS];
     UNROLL
@@ -128,7 +157,7 @@ INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l
         UNROLL
         for (int c = 0; c < PANEL_VECS; c++) {
             real *s = st + j * QUERY_PANEL + LANES * c;
-            const vec p = v_exp(V(sub)(V(load)(s), m_ref[c]));
+            const vec p = WEIGHT(v_exp(V(sub)(V(load)(s), m_ref[c])), round_bf16);
             V(store)(s, p);
             sum[c] = V(add)(sum[c], p);
         }
@@ -145,7 +174,7 @@ static TARGET void online_softmax(real *st, int64_t key_cap, const int32_t *pane
                                   int64_t rows_pad, real *m, real *l, real *alpha)
 {
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
-        online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0);
+        online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0, 0);
 }
 
 /* Oᵀ (MICRO_COLS, QUERY_PANEL) = alpha ⊙ Oᵀ + Vᵀ (MICRO_COLS columns, keys) · Pᵀ panel
@@ -217,7 +246,7 @@ static TARGET void pv_tile(const real *pt, int64_t key_cap, const int32_t *visib
 
 /* online_softmax_panel for one row whose scores lie contiguous (s holds round_up(keys,
    ROW_KEY_PAD) values: the padding is set to −inf, weight 0 and never the max) */
-static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
+INLINE_TARGET real online_softmax_row_of(real *s, int64_t keys, real *m, real *l, const int round_bf16)
 {
     const int64_t padded = round_up(keys, LANES);
     for (int64_t j = keys; j < padded; j++)
@@ -230,7 +259,7 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
     const vec ref = V(set1)(m_ref);
     vec sum = V(setzero)();
     for (int64_t j = 0; j < padded; j += LANES) {
-        const vec p = v_exp(V(sub)(V(loadu)(s + j), ref));
+        const vec p = WEIGHT(v_exp(V(sub)(V(loadu)(s + j), ref)), round_bf16);
         V(storeu)(s + j, p);
         sum = V(add)(sum, p);
     }
@@ -239,6 +268,11 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
     *l = alpha[0] * *l + v_hsum(sum);
     *m = m_new;
     return alpha[0];
+}
+
+static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
+{
+    return online_softmax_row_of(s, keys, m, l, 0);
 }
 
 /* qk_rows and pv_rows over rows of real, and in the float32 files (ROW_FORMATS: the ISA's
@@ -286,6 +320,11 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
 #define ROW_OPS_OF(format) \
     {.qk_rows = qk_rows_##format, .pv_rows = pv_rows_##format}
 #endif
+
+#ifdef BF16_DOT_OPS
+#include "tile_ops_bf16_dot.h"
+#endif
+#undef WEIGHT
 
 const struct SUFFIX(tile_ops) TILE_OPS = {
     .isa = ISA_NAME,

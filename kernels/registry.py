@@ -139,6 +139,7 @@ def _build():
             "kernels.rungs.rung4_c_tiled",
             strided_kv=True,
             int8_cache=True,
+            writes_half=True,
         ),
     ]
     # The peers are optional: each registered only when its packages are installed

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 import kernels
+from kernels.dtypes import type_name
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -69,11 +70,18 @@ def own_kernel_name(request):
     return request.param
 
 
-@pytest.fixture(params=["avx512", "avx2-fma", "generic"])
+@pytest.fixture(params=["avx512-bf16", "avx512", "avx2-fma", "generic", "avx512-bf16-emulated"])
 def isa(request):
-    """Each SIMD path of c_tiled this CPU has, selected for the test (skips the others)."""
+    """Each SIMD path of c_tiled this CPU has, selected for the test (skips the others).  The
+    emulated AVX512-BF16 path runs on every CPU, but in a test of one type only in bfloat16,
+    the type it is there for (its bfloat16 dot-product operations, and the softmax they
+    share with float32's); its other types are the avx512 path's template (which the AVX2
+    path's shares) or generic float64, at a tenth of the speed."""
     from kernels.rungs import rung4_c_tiled as c_tiled
 
+    dtype = getattr(request.node, "callspec", None) and request.node.callspec.params.get("dtype")
+    if request.param == "avx512-bf16-emulated" and dtype is not None and type_name(dtype) != "bfloat16":
+        pytest.skip(f"the emulated AVX512-BF16 path runs the bfloat16 tests only, not {type_name(dtype)}")
     try:
         c_tiled.use_isa(request.param)
     except ValueError:

@@ -11,9 +11,10 @@
 
 #include "tiles.h"
 
-/* the 16-bit types run on float32's tiles (they are widened to float32 as they are packed),
-   and so does Q8, the int8 KV cache (float32 q, int8 K and V with a float32 scale per row,
-   dequantised as they are packed) */
+/* the 16-bit types run on float32's tiles (they are widened to float32 as they are packed;
+   on an AVX512-BF16 path bfloat16 is packed in pairs instead, in the same tiles), and so does
+   Q8, the int8 KV cache (float32 q, int8 K and V with a float32 scale per row, dequantised
+   as they are packed) */
 enum dtype { F32, F64, BF16, F16, Q8, N_DTYPES };
 
 enum poison { CLEAN, NAN_Q, NAN_K, NAN_V, INF_Q };

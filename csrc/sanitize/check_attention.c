@@ -2,10 +2,12 @@
    this driver with csrc/build_attention.py's SOURCES, all built with its COMPILE_ARGS and
    -fsanitize=address,undefined.
 
-   It runs every SIMD path the CPU has (the names in ISAS that attn_select_isa accepts), every
+   It runs every SIMD path the CPU has (the names in ISAS that attn_select_isa accepts: the
+   emulated AVX512-BF16 path on every CPU, in bfloat16 only, the type it is there for), every
    type (float32, float64, and bfloat16 and float16, whose inputs the kernel widens to
-   float32, and the int8 KV cache, attn_forward_q8, whose K and V it dequantises to float32),
-   one thread and all of them, causal and not, over
+   float32 or, on an AVX512-BF16 path, multiplies as bfloat16 pairs, each also with its output
+   rounded to its own type, and the int8 KV cache, attn_forward_q8, whose K and V it
+   dequantises to float32), one thread and all of them, causal and not, over
      - the shapes of kernels/harness.py's CASES (batch and heads flattened into one batch;
        their memory layouts are the Python side's business: C always gets C order), from
        harness_cases.h, which `make sanitize` generates from them (harness_cases.py),
@@ -38,8 +40,24 @@
 #include "cases.h"           /* struct shape, KERNEL_EDGES, GROUPED_EDGES; tiles.h */
 #include "harness_cases.h"   /* HARNESS_CASES: generated from kernels.harness.CASES */
 
-static const char *const ISAS[] = {"generic", "avx2-fma", "avx512"};
+static const char *const ISAS[] = {"generic", "avx2-fma", "avx512", "avx512-bf16", "avx512-bf16-emulated"};
 #define N_ISAS (int)(sizeof ISAS / sizeof ISAS[0])
+
+/* whether a path runs a type here: the emulated one (a tenth of the speed, and under the
+   sanitizers slower still) only bfloat16, whose dot-product path it emulates; its float32
+   operations are the avx512 path's template, which the AVX2 path's shares */
+static int isa_runs_type(int isa, enum dtype t)
+{
+    return strcmp(ISAS[isa], "avx512-bf16-emulated") != 0 || t == BF16;
+}
+
+/* What a path may round beyond the problem's tolerance: on the AVX512-BF16 paths bfloat16's
+   weights P are rounded to bfloat16 before P·V (unit roundoff 2^-8): each weight within 2^-8
+   of itself, the output within 2^-8 of max|v| more */
+static double rounding_allowed(int isa, enum dtype t)
+{
+    return t == BF16 && strncmp(ISAS[isa], "avx512-bf16", strlen("avx512-bf16")) == 0 ? 0x1p-8 : 0;
+}
 
 /* Only to label the summary, as pool.c's POOL_MIN_FLOPS: whether a call is big enough to
    run on more than the calling thread. (Its path: n_q > DECODE_MAX_QUERIES, tiles.h.) */
@@ -446,8 +464,9 @@ static void report_failure(const struct problem *pr, int isa, int threads, const
            (long long)s->d, (long long)s->d_v, pr->causal ? " causal" : "", what);
 }
 
-/* attn_forward_<t> on the problem's kernel inputs */
-static int forward(const struct problem *pr, void *out, int threads)
+/* attn_forward_<t> on the problem's kernel inputs; round_out: the 16-bit types' output in
+   their own type (out then holds their bits), else float */
+static int forward(const struct problem *pr, void *out, int round_out, int threads)
 {
     const struct shape *s = pr->s;
     const void *q = pr->q_t.p, *k = pr->k_t.p, *v = pr->v_t.p;
@@ -456,9 +475,9 @@ static int forward(const struct problem *pr, void *out, int threads)
     case F32:
         return attn_forward_f32(q, k, v, out, SHAPE, (float)pr->scale, threads);
     case BF16:
-        return attn_forward_bf16(q, k, v, out, SHAPE, (float)pr->scale, threads);
+        return attn_forward_bf16(q, k, v, out, round_out, SHAPE, (float)pr->scale, threads);
     case F16:
-        return attn_forward_f16(q, k, v, out, SHAPE, (float)pr->scale, threads);
+        return attn_forward_f16(q, k, v, out, round_out, SHAPE, (float)pr->scale, threads);
     case Q8:
         return attn_forward_q8(q, k, pr->k_scale.p, v, pr->v_scale.p, out, SHAPE, (float)pr->scale,
                                threads);
@@ -468,8 +487,41 @@ static int forward(const struct problem *pr, void *out, int threads)
 #undef SHAPE
 }
 
+/* The 16-bit types' output written in their own type (round_out): each element must be
+   out32's (the float output of the same call, already checked) rounded to nearest even, a
+   NaN a quiet NaN. The buffer starts as signalling NaNs, which no rounding gives, so an
+   element left unwritten shows. Returns 1 if so; else 0, saying where in `what`. */
+static int rounded_output_matches(const struct problem *pr, const float *out32, int threads, char *what,
+                                  size_t what_size)
+{
+    const uint16_t unwritten = pr->t == BF16 ? 0x7f81 : 0x7d01, quiet = pr->t == BF16 ? 0x7fc0 : 0x7e00;
+    uint16_t *out16 = checked_malloc(pr->out_len * sizeof *out16);
+    for (size_t i = 0; i < pr->out_len; i++)
+        out16[i] = unwritten;
+    const int status = forward(pr, out16, 1, threads);
+    int ok = status == 0;
+    if (!ok)
+        snprintf(what, what_size, "with its output rounded, returned %d", status);
+    for (size_t i = 0; i < pr->out_len && ok; i++) {
+        uint16_t expected;
+        if (pr->t == BF16) {
+            expected = bf16_bits(out32[i]);
+        } else {
+            const _Float16 h = (_Float16)out32[i];
+            memcpy(&expected, &h, sizeof h);
+        }
+        ok = isnan(out32[i]) ? (out16[i] & quiet) == quiet : out16[i] == expected;
+        if (!ok)
+            snprintf(what, what_size, "rounded output element %zu is 0x%04x, %.9g rounded is 0x%04x", i,
+                     out16[i], out32[i], expected);
+    }
+    free(out16);
+    return ok;
+}
+
 /* Run the selected ISA on one problem and report a failure; returns the worst error /
-   tolerance, inf if the call returned an error or changed its inputs. */
+   tolerance, inf if the call returned an error or changed its inputs (or, 16-bit types,
+   wrote a rounded output other than its float output rounded). */
 static double check_call(const struct problem *pr, int isa, int threads)
 {
     const struct shape *s = pr->s;
@@ -480,7 +532,8 @@ static double check_call(const struct problem *pr, int isa, int threads)
     void *out = typed_copy(t, unwritten, pr->out_len);
     free(unwritten);
 
-    const int status = forward(pr, out, threads);
+    const int status = forward(pr, out, 0, threads);
+    const double tolerance = pr->tolerance + rounding_allowed(isa, pr->t);
     char what[256];
     double worst = 0;
     size_t worst_at = 0;
@@ -499,7 +552,7 @@ static double check_call(const struct problem *pr, int isa, int threads)
             else if (o == r)
                 error = 0;   /* also equal infinities */
             else
-                error = fabs(o - r) / ((isfinite(r) ? fabs(r) : 0) + pr->v_max) / pr->tolerance;
+                error = fabs(o - r) / ((isfinite(r) ? fabs(r) : 0) + pr->v_max) / tolerance;
             if (!(error <= worst)) {
                 worst = error;
                 worst_at = i;
@@ -510,7 +563,9 @@ static double check_call(const struct problem *pr, int isa, int threads)
                  "out[head %zu, row %zu, column %zu] = %.9g, reference %.9g: %.3g tolerances off "
                  "(tolerance %.3g)", row / (size_t)s->n_q, row % (size_t)s->n_q,
                  worst_at % (size_t)s->d_v, typed_at(t, out, worst_at), pr->ref[worst_at], worst,
-                 pr->tolerance);
+                 tolerance);
+        if ((pr->t == BF16 || pr->t == F16) && !rounded_output_matches(pr, out, threads, what, sizeof what))
+            worst = INFINITY;
     }
     if (worst > 1)
         report_failure(pr, isa, threads, what);
@@ -529,7 +584,7 @@ static void check_shape(const struct shape *s, int64_t group, int64_t kv_spare, 
                 continue;
             struct problem pr = make_problem(s, group, kv_spare, causal, t, seed);
             for (int isa = 0; isa < N_ISAS; isa++) {
-                if (!isa_available[isa])
+                if (!isa_available[isa] || !isa_runs_type(isa, t))
                     continue;
                 attn_select_isa(ISAS[isa]);
                 for (int ti = 0; ti < 2; ti++) {
@@ -581,18 +636,18 @@ int main(void)
 
     printf("calls by path, and in brackets those of at least %g flops (threaded if threads > 1)\n",
            PARALLEL_MIN_FLOPS);
-    printf("%-8s %-8s %7s %14s %14s %16s\n", "ISA", "dtype", "threads", "split-KV", "query tiles",
+    printf("%-20s %-8s %7s %14s %14s %16s\n", "ISA", "dtype", "threads", "split-KV", "query tiles",
            "worst error/tol");
     for (int isa = 0; isa < N_ISAS; isa++)
         for (enum dtype t = F32; t < N_DTYPES; t++)
-            for (int ti = 0; ti < 2 && isa_available[isa]; ti++) {
+            for (int ti = 0; ti < 2 && isa_available[isa] && isa_runs_type(isa, t); ti++) {
                 const struct tally *tally = &tallies[isa][t][ti];
                 char split_kv[32], tiles[32];
                 snprintf(split_kv, sizeof split_kv, "%ld (%ld)",
                          tally->calls[0][0] + tally->calls[0][1], tally->calls[0][1]);
                 snprintf(tiles, sizeof tiles, "%ld (%ld)",
                          tally->calls[1][0] + tally->calls[1][1], tally->calls[1][1]);
-                printf("%-8s %-8s %7d %14s %14s %16.3g\n", ISAS[isa], DTYPE_NAMES[t],
+                printf("%-20s %-8s %7d %14s %14s %16.3g\n", ISAS[isa], DTYPE_NAMES[t],
                        thread_counts[ti], split_kv, tiles, tally->worst);
             }
     if (failures) {

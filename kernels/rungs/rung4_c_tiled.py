@@ -23,7 +23,7 @@ keys are cut into chunks, (K/V head, chunk) tasks stream K and V once with SIMD 
 and keep a partial (max, sum, accumulator) per query row of the head's group, merged per
 row at the end.  A call under 2e5 flops runs on the calling thread without waking a
 helper.  The SIMD path is chosen at run time, the best the CPU has (``isa``/``use_isa``):
-AVX-512 (F, VL), then AVX2 + FMA, then a portable C path.
+AVX-512 (F, VL) with AVX512-BF16 (and BW), AVX-512, AVX2 + FMA, then a portable C path.
 
 Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v),
 float32 or float64 (accumulated in the same precision); B is batch and heads flattened.
@@ -37,13 +37,26 @@ is read from memory once per call, not once per query head: with 4 query heads p
 head a decode step reads a quarter of the bytes.  The query-tile path points each
 (query head, tile) task at its K/V head (bound by its products there, not by the reads).
 bfloat16 and float16: each tile of Q, K and V is widened exactly to float32 as it is
-packed (csrc/widen.c: F16C's vcvtph2ps and a 16-bit shift for bfloat16 on AVX2, their
+packed (csrc/convert.c: F16C's vcvtph2ps and a 16-bit shift for bfloat16 on AVX2, their
 AVX-512 forms, scalar code on the generic path), and from there the float32 tile
-operations run unchanged: scores, softmax, P (kept in float32) and P·V all in float32, the
-output written in float32 and rounded once by the API.  The widening is O(n·(d + d_v)) per
-query tile beside its O(n·tile·(d + d_v)) products; what the 16-bit types save is half
-the bytes read.  (A bfloat16 dot-product path, vdpbf16ps on CPUs with AVX512-BF16, is not
-built yet.)
+operations run unchanged: scores, softmax, P (kept in float32) and P·V all in float32.  The
+widening is O(n·(d + d_v)) per query tile beside its O(n·tile·(d + d_v)) products; what the
+16-bit types save is half the bytes read.  The output, given as the 16-bit type (what
+``kernels.attention`` gives it: ``writes_half``), is written row by row, each row rounded
+to nearest even as it is stored (convert.c: vcvtps2ph, and bfloat16's rounding in integer
+instructions), bit for bit NumPy's and ml_dtypes' rounding of the float32 result, without
+the pass over the whole output that rounding it afterwards takes; given as float32 (a
+16-bit KV cache's attention), it stays float32.
+bfloat16 on a CPU with AVX512-BF16 (the "avx512-bf16" path): Q, K and V are never widened
+but multiplied as bfloat16 by vdpbf16ps, two exact products per float32 lane summed in
+float32, twice an FMA's work in one instruction (csrc/tile_ops_bf16_dot.h): Q and K packed
+in pairs along d, V in pairs of keys, and each weight P rounded to bfloat16 as the (float32)
+softmax computes it, its sum l taken over the rounded weights, so that each output row is
+still a convex combination of V's rows; the split-KV path reads K and V rows in place as
+pairs.  The unit reads subnormal inputs as zeros (below 2^-126).  The same path runs on any
+CPU as "avx512-bf16-emulated", every instruction emulated in portable C (slowly), so that
+its tiles are checked where the unit is missing; tests/test_c_bf16_dot.py holds the
+emulation to the instruction reference and, where the unit exists, to the unit.
 int8 KV cache (``run_int8``): k and v int8 with one float32 scale per row (token and K/V
 head), key j = k_scale[j] · k[j] rounded once to float32; q and out float32.  Read in
 place, 1 byte per element plus 4 bytes per row of scales, a quarter of float32's bytes
@@ -84,12 +97,12 @@ except ImportError as missing:  # not built, or built for another interpreter
     raise ExtensionNotBuilt(missing) from missing
 
 # the names isa() reports, and "auto"
-_ISA_NAMES = ("auto", "avx512", "avx2-fma", "generic")
+ISA_NAMES = ("auto", "avx512-bf16", "avx512", "avx2-fma", "generic", "avx512-bf16-emulated")
 
-# dtype -> (the C entry point, its input pointer type, its output's, the output's dtype),
-# from the dtype table (looked up by dtype: dtype.name is Python code, microseconds a call)
-_FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer,
-                        FLOATS[row.compute.name].c_pointer, row.compute) for row in FLOATS.values()}
+# dtype -> (the C entry point, its input pointer type, the dtype computed in), from the dtype
+# table (looked up by dtype: dtype.name is Python code, microseconds a call)
+_FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer, row.compute)
+            for row in FLOATS.values()}
 _F32, _I8 = np.dtype(np.float32), np.dtype(np.int8)
 
 
@@ -99,16 +112,20 @@ def run(q, k, v, out, causal, scale):
     its heads kv_rows >= n_k rows apart, the same for both (a cache's buffers viewed as
     [:, :n_k]; any other layout is first copied to C order, O(B_kv · n_k · (d + d_v)));
     one dtype of the table, already validated; out (B, n_q, d_v) C-contiguous, of its
-    compute type (float32 for the 16-bit types, which go to C as their bits).  Writes
-    every element of out."""
-    forward, pointer, out_pointer, compute = _FORWARD[q.dtype]
-    if out.dtype != compute:   # C would write past a narrower out
-        raise TypeError(f"c_tiled: out must be {compute} for {q.dtype} inputs, got {out.dtype}")
+    compute type, or for 16-bit inputs (which go to C as their bits) of their own type,
+    each row rounded to nearest even as C stores it.  Writes every element of out."""
+    forward, pointer, compute = _FORWARD[q.dtype]
+    half = q.dtype.itemsize == 2
+    rounded = half and out.dtype == q.dtype
+    if out.dtype != compute and not rounded:   # C would write past a narrower out
+        raise TypeError(f"c_tiled: out must be {compute} or {q.dtype} for {q.dtype} inputs, got {out.dtype}")
     k, v, kv_rows = kv_layout(k, v)
-    if q.dtype.itemsize == 2:  # bfloat16's dtype has no buffer-protocol format: pass the bits
+    if half:  # bfloat16's dtype has no buffer-protocol format: pass the bits
         q, k, v = (x.view(np.uint16) for x in (q, k, v))
-    _call(forward, q, pointer, ((k, pointer), (v, pointer)), v.shape, out, out_pointer, kv_rows,
-          causal, scale)
+        out = out.view(np.uint16) if rounded else out
+    # the 16-bit entry points take round_out after out
+    _call(forward, q, pointer, ((k, pointer), (v, pointer)), v.shape, out, kv_rows, causal, scale,
+          round_out=(int(rounded),) if half else ())
 
 
 def run_int8(q, k, k_scale, v, v_scale, out, causal, scale):
@@ -131,7 +148,7 @@ def run_int8(q, k, k_scale, v, v_scale, out, causal, scale):
         kv_rows = k.shape[1]
     _call(lib.attn_forward_q8, q, "float *",
           ((k, "int8_t *"), (k_scale, "float *"), (v, "int8_t *"), (v_scale, "float *")), v.shape,
-          out, "float *", kv_rows, causal, scale)
+          out, kv_rows, causal, scale)
 
 
 def _scales_fit(scales, kv_rows):
@@ -141,12 +158,13 @@ def _scales_fit(scales, kv_rows):
     return (n_k <= 1 or scales.strides[1] == 4) and (heads == 1 or scales.strides[0] == 4 * kv_rows)
 
 
-def _call(forward, q, q_pointer, kv, v_shape, out, out_pointer, kv_rows, causal, scale):
-    """forward(q, *kv, out, B, group, n_q, n_k, kv_rows, d, d_v, causal, scale, threads),
-    kv: (array, C pointer type) pairs in forward's order (k, [k_scale,] v, [v_scale]),
-    v_shape v's, (B_kv, n_k, d_v); passed by address (a view with a head stride has no
-    contiguous buffer for ffi.from_buffer); the caller's frame keeps them alive for the
-    call.  q and out must be C-contiguous (from_buffer refuses them otherwise)."""
+def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, causal, scale, round_out=()):
+    """forward(q, *kv, out, *round_out, B, group, n_q, n_k, kv_rows, d, d_v, causal, scale,
+    threads), kv: (array, C pointer type) pairs in forward's order (k, [k_scale,] v,
+    [v_scale]), v_shape v's, (B_kv, n_k, d_v); passed by address (a view with a head stride
+    has no contiguous buffer for ffi.from_buffer); the caller's frame keeps them alive for
+    the call.  q and out must be C-contiguous (from_buffer refuses them otherwise); out goes
+    as a void pointer, of the type forward writes."""
     batch, n_q, d = q.shape
     kv_heads, n_k, d_v = v_shape
     if kv_heads == 0 or batch % kv_heads:
@@ -154,7 +172,7 @@ def _call(forward, q, q_pointer, kv, v_shape, out, out_pointer, kv_rows, causal,
     status = forward(
         ffi.cast(q_pointer, ffi.from_buffer(q)),
         *(ffi.cast(pointer, x.ctypes.data) for x, pointer in kv),
-        ffi.cast(out_pointer, ffi.from_buffer(out, require_writable=True)),
+        ffi.cast("void *", ffi.from_buffer(out, require_writable=True)), *round_out,
         batch, batch // kv_heads, n_q, n_k, kv_rows, d, d_v, bool(causal), scale, budget(),
     )
     if status < 0:
@@ -167,14 +185,24 @@ def _call(forward, q, q_pointer, kv, v_shape, out, out_pointer, kv_rows, causal,
 
 
 def isa():
-    """The active SIMD path: "avx512", "avx2-fma" or "generic"."""
+    """The active SIMD path: "avx512-bf16", "avx512", "avx2-fma", "generic" or
+    "avx512-bf16-emulated"."""
     return ffi.string(lib.attn_active_isa()).decode()
 
 
 def use_isa(name):
     """Select the SIMD path by the name ``isa()`` reports: "auto" (the best the CPU has:
-    AVX-512, then AVX2+FMA, then generic), "avx512", "avx2-fma" or "generic"."""
-    if name not in _ISA_NAMES:
-        raise ValueError(f"unknown ISA {name!r}; expected one of {', '.join(_ISA_NAMES)}")
+    AVX-512 with AVX512-BF16, AVX-512, AVX2+FMA, generic), one of those, or
+    "avx512-bf16-emulated" (the avx512-bf16 path with every instruction emulated in portable
+    C: any CPU runs it, slowly; it is there to check the bfloat16 dot-product path where the
+    CPU lacks the unit)."""
+    if name not in ISA_NAMES:
+        raise ValueError(f"unknown ISA {name!r}; expected one of {', '.join(ISA_NAMES)}")
     if lib.attn_select_isa(name.encode()) != 0:
         raise ValueError(f"ISA {name!r} is not supported by this CPU")
+
+
+def has_bf16_dot(name=None):
+    """Whether the SIMD path ``name`` (default: the active one) multiplies bfloat16 by a
+    dot-product instruction (vdpbf16ps, or its emulation) rather than widening it."""
+    return (name or isa()).startswith("avx512-bf16")
