@@ -3,10 +3,11 @@ the run measured.
 
 Speed against another kernel is always a side-by-side ratio (``PeerSpeedup``,
 ``NumpySpeedup``), never a ratio of two separately timed benchmarks, and so is a kernel's
-fraction of its type's peak (``PeakFraction``: the kernel beside the peak's loop).  The targets were
-set as the ladder grew (its speed, decoding, the peers, calls inside a model), measured
-on this project's 2-core machines against the other CPU attentions and the machine's
-own ceilings; ``source`` says, in words, why each number is what it is.
+fraction of its type's peak (``PeakFraction``: the kernel beside the peak's loop).  The
+targets were set as the ladder grew (its speed, decoding, the peers, calls inside a model,
+half precision), measured on this project's 2-core machines against the other CPU
+attentions and the machine's own ceilings; ``source`` says, in words, why each number is
+what it is.
 """
 import math
 from dataclasses import dataclass
@@ -74,12 +75,12 @@ def _over_every_peer(kernel, shapes, dtype, all_threads, peers=spec.PEERS):
     return measure
 
 
-# The seam between the goals and the peers that fail the harness.  A peer whose call in a
-# type fails the harness on the run's CPU is refused in that type (``kernels.peers``), so the
-# PeerSpeedup figures these goals read are of peers that pass it: the "every peer that passes
-# the harness" goals read them all.  A refused peer's speed, still measured, belongs in rows
-# of its own; the goal that compares with such a peer (OpenVINO's bfloat16) reads it through
-# ``_over_refused_peer``, which reads PeerSpeedup's figure of that peer until those rows exist.
+# The seam with the peers that fail the harness.  A peer refuses a type it computes below the
+# harness's budget on the run's CPU (``kernels.peers``), so PeerSpeedup holds figures only of
+# the calls that pass: the goals over "every peer that passes the harness" read those of
+# PASSING_PEERS.  A refused peer's speed, still measured, is shown in rows of its own; a goal
+# comparing with one (OpenVINO's bfloat16) reads it through ``_over_refused_peer``, which
+# reads PeerSpeedup's figure of that peer until it reads those rows.
 PASSING_PEERS = spec.PEERS
 
 
