@@ -187,7 +187,9 @@ def test_asv_records_the_spread_of_a_track_benchmark_and_the_report_reads_it(tmp
                     "-m", "x"], cwd=tmp_path, check=True)
     asv = [str(pathlib.Path(sys.executable).parent / "asv"), "--config", str(tmp_path / "asv.conf.json")]
     subprocess.run([*asv, "machine", "--yes", "--machine", "box"], cwd=tmp_path, check=True, capture_output=True)
-    result = subprocess.run([*asv, "run", "--python=same", "--set-commit-hash", "HEAD"],
+    # --machine: the one just described, whatever other machines ~/.asv-machine.json holds
+    # (make bench adds this CPU's name there)
+    result = subprocess.run([*asv, "run", "--python=same", "--machine", "box", "--set-commit-hash", "HEAD"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     run = load_latest_run(tmp_path / "results")
