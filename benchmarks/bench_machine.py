@@ -1,12 +1,15 @@
 """The machine's ceilings and the suite's fixed costs, measured in the same run.
 
-The FMA peak per precision (the compute roof no kernel passes), sgemm/dgemm throughput of
+The FMA peak per precision (the compute roof no kernel passes; bfloat16's is the peak of its
+dot products, where the CPU has AVX512-BF16), c_tiled's GFLOP/s as a fraction of it timed
+side by side with its loop, sgemm/dgemm throughput of
 the installed BLAS, named (what a kernel doing 4·n²·d flops in matrix products could hope
 for), copy bandwidth and streaming-read bandwidth (what a decoding step,
 which reads the KV cache once, could hope for), the thread budget every kernel ran
 with, and the start-up costs: ``import kernels``, Numba's first compile, a cached first
 call.
 """
+import functools
 import json
 import math
 import os
@@ -20,26 +23,62 @@ import numpy as np
 import kernels
 from kernels import bench_spec as spec
 from kernels import ceilings
+from kernels.costs import attention_flops
 from kernels.spread import asv_samples
 
-from .common import THREAD_COUNTS, ThreadBudget, rate_samples
+from .common import THREAD_COUNTS, ThreadBudget, prepare, rate_samples, side_by_side
 
 
 class Ceilings(ThreadBudget):
-    """The compute roof: the FMA peak (``kernels.ceilings``, csrc/fma_peak.c) of the best ISA
-    this CPU runs, per precision, on one thread and on the whole budget."""
+    """The compute roof: the peak (``kernels.ceilings``, csrc/fma_peak.c) of the best ISA this
+    CPU runs, per precision, on one thread and on the whole budget: FMAs on float32 and
+    float64, ``vdpbf16ps`` dot products on bfloat16 (skipped, naming the unit, on a CPU
+    without AVX512-BF16)."""
 
-    params = [list(spec.DTYPES), THREAD_COUNTS]
+    params = [list(spec.PEAK_DTYPES), THREAD_COUNTS]
     param_names = ["dtype", "threads"]
     rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 300
 
     def setup(self, dtype, threads):
+        _require_peak(dtype)
         self.use_threads(threads)
 
     def track_fma_peak_gflops(self, dtype, threads):
         return asv_samples(ceilings.fma_peak_gflops(dtype, threads, repeats=7))
 
     track_fma_peak_gflops.unit = "GFLOP/s"
+
+
+class PeakFraction:
+    """A kernel's GFLOP/s as a fraction of the peak of its type, timed side by side: each
+    round one call of the kernel (8 heads at the headline n, full, every thread of the
+    budget) and one call of the peak's loop (``Ceilings``') doing as many flops, each going
+    first in turn; the fraction is the loop's time ÷ the kernel's, times the loop's flops ÷
+    the kernel's.  Both see the same load, as a peer ratio's calls do."""
+
+    params = [list(spec.PEAK_FRACTION_KERNELS), list(spec.PEAK_FRACTION_DTYPES)]
+    param_names = ["kernel", "dtype"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 600
+
+    def setup(self, kernel, dtype):
+        _require_peak(dtype)
+        q, k, v = prepare(kernel, spec.HEADS, spec.HEADLINE_SEQ_LEN, dtype)
+        self.call = functools.partial(kernels.attention, q, k, v, kernel=kernel)
+        self.flops = attention_flops(spec.HEADLINE_SEQ_LEN, spec.HEADLINE_SEQ_LEN, spec.HEAD_DIM, batch=spec.HEADS)
+        self.peak, self.peak_flops = ceilings.peak_loop(dtype, self.flops)
+        self.peak()  # warm-up: the pool's helpers awake
+
+    def track_fraction(self, kernel, dtype):
+        return side_by_side(self.peak, self.call, spec.PEAK_FRACTION_ROUNDS, self.flops / self.peak_flops)
+
+    track_fraction.unit = "fraction"
+
+
+def _require_peak(dtype):
+    """NotImplementedError (asv: skip) naming the unit this CPU lacks for ``dtype``'s peak."""
+    reason = ceilings.missing_unit(dtype)
+    if reason:
+        raise NotImplementedError(reason)
 
 
 class Blas:

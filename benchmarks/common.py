@@ -83,12 +83,14 @@ def check_runs(kernel, q, k, v, causal=False):
     check_fits(kernel, validate(q, k, v, causal))
 
 
-def side_by_side(baseline, candidate, rounds):
-    """``asv_samples`` of (baseline's time ÷ candidate's time) in each of ``rounds`` rounds,
-    the two calls made back to back, first one and then the other going first.  On a
-    shared machine the load comes and goes within seconds; timed side by side, both calls
-    see the same load, while a ratio of two separately benchmarked times compares two
-    different moments.  asv records the rounds' median and spread."""
+def side_by_side(baseline, candidate, rounds, work_ratio=1.0):
+    """``asv_samples`` of (baseline's time ÷ candidate's time) × ``work_ratio`` in each of
+    ``rounds`` rounds, the two calls made back to back, first one and then the other going
+    first.  On a shared machine the load comes and goes within seconds; timed side by side,
+    both calls see the same load, while a ratio of two separately benchmarked times
+    compares two different moments.  asv records the rounds' median and spread.
+    ``work_ratio``, the candidate's flops ÷ the baseline's, makes it a ratio of rates for
+    calls of different work (a kernel's GFLOP/s over a peak loop's)."""
     calls = [("baseline", baseline), ("candidate", candidate)]
     ratios = []
     for round_ in range(rounds):
@@ -97,7 +99,7 @@ def side_by_side(baseline, candidate, rounds):
             start = time.perf_counter()
             call()
             seconds[name] = time.perf_counter() - start
-        ratios.append(seconds["baseline"] / seconds["candidate"])
+        ratios.append(seconds["baseline"] / seconds["candidate"] * work_ratio)
     return asv_samples(ratios)
 
 

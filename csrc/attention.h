@@ -83,15 +83,19 @@ int32_t pool_threads_for(int32_t threads, double flops);
 int32_t pool_helpers_started(void);
 
 /* The compute roof (fma_peak.c).  The FMA loops this CPU runs, best first, by index, under
-   the names attn_active_isa reports: "avx512" (AVX-512F), "avx2-fma", "generic" (portable C
+   the names attn_active_isa reports: "avx512-bf16" (AVX-512F and AVX512-BF16: AVX-512's
+   loops, and bfloat16 dot products), "avx512" (AVX-512F), "avx2-fma", "generic" (portable C
    on 16-byte vectors, a multiply and an add); NULL past the last. */
 const char *attn_fma_isa(int32_t index);
 
 /* Runs `threads` tasks on the pool, one per thread, each `iterations` rounds of 12
-   independent vector FMA chains on `bits`-bit (32 or 64) lanes, and returns the flops they
-   performed: 2 · 12 · lanes · iterations · threads (lanes: avx512 16/8, avx2-fma 8/4,
-   generic 4/2 for float32/float64).  -1 when the CPU lacks `isa`, when `isa` or `bits` is
-   unknown, or when one double per thread could not be allocated.  The caller times it. */
+   independent vector chains on `bits`-bit elements, and returns the flops they performed:
+   2 · 12 · lanes · iterations · threads, lanes = the vector's bits / `bits` (512, 256, 128
+   for avx512*, avx2-fma, generic).  bits 32 and 64: FMAs on float32 and float64 lanes;
+   bits 16, on "avx512-bf16" only: vdpbf16ps on pairs of bfloat16 lanes summed into float32,
+   so 2 flops per bfloat16 product as per float32 FMA.  -1 when the CPU lacks `isa`, when
+   `isa` has no loop of `bits` or is unknown, or when one double per thread could not be
+   allocated.  The caller times it. */
 double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t iterations);
 
 #endif

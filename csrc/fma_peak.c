@@ -1,5 +1,6 @@
 /* The compute roof: how many fused multiply-adds per second this CPU retires, per ISA and
-   precision, on one thread or on the pool's threads.
+   precision, on one thread or on the pool's threads, and where it has AVX512-BF16 how many
+   bfloat16 dot products.
 
    Each loop keeps FMA_CHAINS accumulators, each its own dependency chain acc = acc · m + c,
    so the core always has an independent FMA ready: a chain issues one FMA per latency
@@ -16,7 +17,21 @@
    (GCC/Clang vector extensions: SSE2 on baseline x86-64, NEON on ARM), a multiply and an
    add, 2 flops all the same (the baseline x86-64 ISA has no FMA, and -std=c11 does not
    contract them).  Scalar chains would not do: the compiler packs 12 of them into 3 SSE2
-   vectors, 3 chains too few to hide a multiply-then-add latency. */
+   vectors, 3 chains too few to hide a multiply-then-add latency.
+
+   bfloat16 has a loop of its own where the CPU has AVX512-BF16, under the name of
+   c_tiled's bf16 path, "avx512-bf16" (whose float32 and float64 loops are AVX-512's):
+   chains of vdpbf16ps, acc = acc + a₀·b₀ + a₁·b₁ in each float32 lane from a pair of
+   bfloat16 lanes of each operand, so 32 products per 512-bit instruction, counted as 2
+   flops each as for an FMA: 64 flops.  It runs on the FMA units with a latency of the same
+   few cycles, so the same 12 chains keep them busy.  Its chains cannot converge as the FMA
+   chains do: vdpbf16ps has no multiplier for the accumulator, and one that grows by a
+   constant would lose its addend to rounding (and stop changing) once large.  So each
+   pair's products cancel: a = (1, 1), b = (1, −1), and acc + 1 − 1 returns acc exactly in
+   either order of the two additions: every operand and partial sum is a small integer (the
+   chains start at 0 … 11), so nothing is rounded, nothing is denormal (vdpbf16ps would
+   flush it) and nothing grows.  The instruction still performs both products and both
+   additions; its timing does not depend on the values. */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,18 +42,19 @@
 #define CHAIN_FACTOR 0.9375    /* m = 1 - 1/16 and c = 1/16: exact in both precisions */
 #define CHAIN_ADDEND 0.0625
 
-/* One thread's loop: FMA_CHAINS chains of `iterations` multiply-adds on `vec`s of `real`,
-   returning the sum of every lane of every chain. */
-#define FMA_LOOP(name, attributes, real, vec, set1, fmadd)                                 \
+/* One thread's loop: FMA_CHAINS chains of `iterations` steps acc = step(acc, a, b) on
+   accumulators that are `vec`s of `real` (a and b: `operand`s), returning the sum of every
+   lane of every chain. */
+#define CHAIN_LOOP(name, attributes, real, vec, set1, operand, a_value, b_value, step)     \
     static attributes double name(int64_t iterations)                                     \
     {                                                                                     \
-        const vec factor = set1((real)CHAIN_FACTOR), addend = set1((real)CHAIN_ADDEND);   \
+        const operand a = a_value, b = b_value;                                           \
         vec acc[FMA_CHAINS];                                                              \
         for (int chain = 0; chain < FMA_CHAINS; chain++)                                  \
             acc[chain] = set1((real)chain);                                               \
         for (int64_t i = 0; i < iterations; i++)                                          \
             for (int chain = 0; chain < FMA_CHAINS; chain++)                              \
-                acc[chain] = fmadd(acc[chain], factor, addend);                           \
+                acc[chain] = step(acc[chain], a, b);                                      \
         real lanes[sizeof(vec) / sizeof(real)];                                           \
         double sum = 0.0;                                                                 \
         for (int chain = 0; chain < FMA_CHAINS; chain++) {                                \
@@ -49,7 +65,13 @@
         return sum;                                                                       \
     }
 
+/* The FMA chains acc = acc · m + c. */
+#define FMA_LOOP(name, attributes, real, vec, set1, fmadd)                                 \
+    CHAIN_LOOP(name, attributes, real, vec, set1, vec, set1((real)CHAIN_FACTOR),           \
+               set1((real)CHAIN_ADDEND), fmadd)
+
 #define AVX512 __attribute__((target("avx512f")))
+#define AVX512_BF16 __attribute__((target("avx512f,avx512bf16")))
 #define AVX2_FMA __attribute__((target("avx2,fma")))
 typedef float generic_f32 __attribute__((vector_size(16)));
 typedef double generic_f64 __attribute__((vector_size(16)));
@@ -64,10 +86,25 @@ FMA_LOOP(fma_avx2_f64, AVX2_FMA, double, __m256d, _mm256_set1_pd, _mm256_fmadd_p
 FMA_LOOP(fma_generic_f32, , float, generic_f32, GENERIC_SET1_F32, GENERIC_FMADD)
 FMA_LOOP(fma_generic_f64, , double, generic_f64, GENERIC_SET1_F64, GENERIC_FMADD)
 
+/* Every pair of bfloat16 lanes (2i, 2i + 1) of a 512-bit operand holding (first, second),
+   given as their bits: the even lane is the low half of each 32-bit lane. */
+#define BF16_PAIRS(first, second) \
+    ((__m512bh)_mm512_set1_epi32((int)((uint32_t)(second) << 16 | (uint32_t)(first))))
+#define BF16_ONE 0x3F80u
+#define BF16_MINUS_ONE 0xBF80u
+CHAIN_LOOP(dot_avx512_bf16, AVX512_BF16, float, __m512, _mm512_set1_ps, __m512bh,
+           BF16_PAIRS(BF16_ONE, BF16_ONE), BF16_PAIRS(BF16_ONE, BF16_MINUS_ONE), _mm512_dpbf16_ps)
+
 static int cpu_has_avx512f(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f");
+}
+
+static int cpu_has_avx512_bf16(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 }
 
 static int cpu_has_avx2_fma(void)
@@ -80,17 +117,20 @@ static int cpu_has_any(void) { return 1; }
 
 typedef double (*fma_loop)(int64_t iterations);
 
-/* Best first, by the names attn_active_isa reports (AVX-512 needs only F here: the loop
-   uses no VL instruction). */
+/* Best first, by the names attn_active_isa reports (AVX-512 needs only F here: the loops
+   use no VL instruction).  A loop per precision, by its elements' bits; NULL where the ISA
+   has none.  Each step of a chain is one instruction on vector_bits / bits elements, one
+   product each. */
 static const struct fma_isa {
     const char *name;
     int (*cpu_runs)(void);
-    fma_loop f32, f64;
-    int lanes_f32, lanes_f64;
+    int vector_bits;
+    fma_loop f32, f64, bf16;
 } fma_isas[] = {
-    {"avx512", cpu_has_avx512f, fma_avx512_f32, fma_avx512_f64, 16, 8},
-    {"avx2-fma", cpu_has_avx2_fma, fma_avx2_f32, fma_avx2_f64, 8, 4},
-    {"generic", cpu_has_any, fma_generic_f32, fma_generic_f64, 4, 2},
+    {"avx512-bf16", cpu_has_avx512_bf16, 512, fma_avx512_f32, fma_avx512_f64, dot_avx512_bf16},
+    {"avx512", cpu_has_avx512f, 512, fma_avx512_f32, fma_avx512_f64, NULL},
+    {"avx2-fma", cpu_has_avx2_fma, 256, fma_avx2_f32, fma_avx2_f64, NULL},
+    {"generic", cpu_has_any, 128, fma_generic_f32, fma_generic_f64, NULL},
 };
 #define N_FMA_ISAS (int32_t)(sizeof fma_isas / sizeof fma_isas[0])
 
@@ -124,15 +164,17 @@ double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t ite
     for (int32_t i = 0; i < N_FMA_ISAS; i++)
         if (strcmp(isa, fma_isas[i].name) == 0)
             path = &fma_isas[i];
-    if (path == NULL || !path->cpu_runs() || (bits != 32 && bits != 64))
+    if (path == NULL || !path->cpu_runs())
+        return -1.0;
+    const fma_loop loop = bits == 32 ? path->f32 : bits == 64 ? path->f64 : bits == 16 ? path->bf16 : NULL;
+    if (loop == NULL)
         return -1.0;
     if (threads < 1)
         threads = 1;
     if (iterations < 0)
         iterations = 0;
 
-    struct fma_run run = {bits == 32 ? path->f32 : path->f64, iterations,
-                          calloc((size_t)threads, sizeof(double))};
+    struct fma_run run = {loop, iterations, calloc((size_t)threads, sizeof(double))};
     if (run.sums == NULL)
         return -1.0;
     /* one task per thread, each its own chains: the caller runs task 0 at once, each helper
@@ -144,6 +186,5 @@ double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t ite
     fma_sink = total;
     free(run.sums);
 
-    const int lanes = bits == 32 ? path->lanes_f32 : path->lanes_f64;
-    return 2.0 * FMA_CHAINS * lanes * (double)iterations * threads;
+    return 2.0 * FMA_CHAINS * (path->vector_bits / bits) * (double)iterations * threads;
 }

@@ -12,6 +12,7 @@ whatever grid the results hold, so it does not look at ``QUICK``.
 import os
 from dataclasses import dataclass
 
+from .ceilings import PEAK_BITS
 from .dtypes import FLOATS, HALF, WIDE
 from .registry import PEER_NAMES
 
@@ -69,6 +70,17 @@ DECODE_SEQ_LENS = (256, 4096, 65536) if QUICK else (256, 1024, 4096, 16384, 6553
 RECOMPUTE_SEQ_LENS = tuple(n for n in DECODE_SEQ_LENS if n <= (4096 if QUICK else 16384))
 DECODE_DTYPE = "float32"
 TINY_SEQ_LEN = 64
+
+
+# Ceilings: the peak of each type that has a loop of its own (float32's and float64's FMAs;
+# bfloat16's dot products, where the CPU has AVX512-BF16), on one thread and every CPU.
+# PeakFraction: c_tiled's GFLOP/s ÷ the peak of its type, timed side by side with the peak's
+# loop doing as many flops, on 8 heads at the headline n, full, all threads (float32 against
+# the FMA peak; bfloat16 against the dot-product peak, only where there is one).
+PEAK_DTYPES = tuple(PEAK_BITS)
+PEAK_FRACTION_KERNELS = ("c_tiled",)
+PEAK_FRACTION_DTYPES = ("float32", "bfloat16")
+PEAK_FRACTION_ROUNDS = 3 if QUICK else 7
 
 
 # HalfSpeedup: each tiled rung in a 16-bit type over itself in float32, side by side, on
@@ -162,6 +174,7 @@ NUMPY_SPEEDUP = Benchmark("bench_attention.NumpySpeedup.track_speedup", ("kernel
 WALL_MEMORY = Benchmark("bench_attention.MemoryWall.track_peak_extra_bytes", ("kernel",))
 WALL_SECONDS = Benchmark("bench_attention.MemoryWall.track_seconds", ("kernel",))
 FMA_PEAK = Benchmark("bench_machine.Ceilings.track_fma_peak_gflops", ("dtype", "threads"))
+PEAK_FRACTION = Benchmark("bench_machine.PeakFraction.track_fraction", ("kernel", "dtype"))
 BLAS_THREADS = Benchmark("bench_machine.Blas.track_threads", ("blas",))
 SGEMM_UNFORCED = Benchmark("bench_machine.Blas.track_sgemm_gflops_unforced", ("blas",))
 SGEMM = Benchmark("bench_machine.Machine.track_sgemm_gflops")
@@ -200,7 +213,8 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
-              BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP, CACHE_READ_RATE,
-              CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR, KEY_GRANULARITY)
+              PEAK_FRACTION, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP,
+              CACHE_READ_RATE, CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR,
+              KEY_GRANULARITY)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {name: (FLOATS[name].gemm, benchmark) for name, benchmark in (("float32", SGEMM), ("float64", DGEMM))}

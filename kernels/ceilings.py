@@ -2,12 +2,19 @@
 
     isas()                                  # ["avx2-fma", "generic"]: the FMA loops this CPU runs
     fma_peak_gflops("float32", threads=1)   # [GFLOP/s, ...]: the FMA peak, one sample per call
+    fma_peak_gflops("bfloat16")             # the bfloat16 dot-product peak (AVX512-BF16 only)
+    missing_unit("bfloat16")                # "no AVX512-BF16 on this CPU", or None where it runs
+    peak_loop("float32", flops)             # (call, its flops): the peak's loop, sized to a kernel's call
     gemm_gflops("float32")                  # [GFLOP/s, ...]: NumPy's BLAS on a 2048² product
     blas(), blas_summary()                  # which BLAS, which core kernels, what forced them
     gemm_gflops_unforced("float32")         # the same gemm where nothing forces the kernels
 
 The FMA peak (csrc/fma_peak.c) is the roof no kernel passes: 12 independent vector FMA
-chains per thread, nothing loaded or stored, 2 flops per lane per FMA.  The gemm is the roof
+chains per thread, nothing loaded or stored, 2 flops per lane per FMA.  bfloat16's roof is
+its own where the CPU has AVX512-BF16: the same chains of ``vdpbf16ps``, two bfloat16
+products summed into each float32 lane, 2 flops per product (twice float32's flops per
+instruction); elsewhere no instruction multiplies bfloat16, which is widened to float32
+(as float16 is on every CPU here), so float32's FMA peak is its roof.  The gemm is the roof
 a kernel made of matrix products can hope for.  Both are timed on the thread budget
 (``kernels.threads``): the figures of 1 thread and of the budget together say how far a
 second core helps, on a machine whose other work they do not control, so each is a list of
@@ -18,6 +25,7 @@ Which kernels a BLAS runs is chosen when it loads (OpenBLAS: from the CPU's iden
 BLAS's own: ``gemm_gflops_unforced`` measures it in a child process whose environment
 drops the forcing variables.  The parent's environment is never changed.
 """
+import functools
 import json
 import numbers
 import os
@@ -34,6 +42,13 @@ from . import dtypes, threads
 FMA_CALL_SECONDS = 0.075
 FMA_CALIBRATION_SECONDS = 0.02   # calibration calls double in length until one lasts this
 FMA_FIRST_ITERATIONS = 4096
+
+# The peak loop of each type, by its elements' bits (csrc/fma_peak.c): float32's and
+# float64's FMAs, bfloat16's dot products.  float16 has none: it is widened to float32.
+PEAK_BITS = {"float32": 32, "float64": 64, "bfloat16": 16}
+# The unit a type's loop needs beyond what every CPU has (the generic loop), as a skip
+# reason names it.
+PEAK_UNITS = {"bfloat16": "AVX512-BF16"}
 
 # Environment variables that make a BLAS run other kernels, or other blocking, than it
 # would choose by itself, by threadpoolctl's internal_api.  (OPENBLAS_VERBOSE is not one:
@@ -57,8 +72,9 @@ print(json.dumps({"samples": gemm_gflops(dtype, n, repeats), "architecture": bla
 
 
 def isas():
-    """The ISAs whose FMA loop this CPU runs, best first, named as ``c_tiled.isa()`` names
-    its paths: a subset of "avx512" (AVX-512F), "avx2-fma", "generic" (portable C)."""
+    """The ISAs whose FMA loops this CPU runs, best first, named as ``c_tiled.isa()`` names
+    its paths: a subset of "avx512-bf16" (AVX-512F and AVX512-BF16: AVX-512's loops and
+    bfloat16's), "avx512" (AVX-512F), "avx2-fma", "generic" (portable C)."""
     ffi, lib = _extension()
     names = []
     while (name := lib.attn_fma_isa(len(names))) != ffi.NULL:
@@ -66,21 +82,24 @@ def isas():
     return names
 
 
-def fma_peak_gflops(dtype, threads=None, isa=None, repeats=5):
-    """The FMA peak in GFLOP/s: ``repeats`` samples, each one call of about 75 ms in which
-    every one of ``threads`` threads (default: the budget; more than the budget is a
-    ValueError) runs its own 12 FMA chains of ``isa``'s vectors (default: the best of
-    ``isas()``) of float32 or float64.  Cost: about 0.1 s of calibration and warm-up, then
-    75 ms per sample, on ``threads`` cores.  Anything else on those cores, a BLAS's
-    workers spinning after a product included, lowers the figure."""
-    bits = _bits(dtype)
-    n_threads = _threads(threads)
-    available = isas()
-    isa = available[0] if isa is None else isa
-    if isa not in available:
-        raise ValueError(f"ISA {isa!r} is not available on this CPU, which runs {', '.join(available)}")
+def missing_unit(dtype):
+    """Why this CPU has no peak loop of ``dtype`` ("no AVX512-BF16 on this CPU"), or None
+    when it has one (float32 and float64: every CPU).  TypeError for a type without a
+    loop anywhere (``PEAK_BITS``)."""
+    if _isas_with(_bits(dtype)):
+        return None
+    return f"no {PEAK_UNITS[dtypes.type_name(dtype)]} on this CPU"
 
-    lib = _extension()[1]
+
+def fma_peak_gflops(dtype, threads=None, isa=None, repeats=5):
+    """The peak of ``dtype`` in GFLOP/s: ``repeats`` samples, each one call of about 75 ms
+    in which every one of ``threads`` threads (default: the budget; more than the budget is
+    a ValueError) runs its own 12 chains of ``isa``'s vectors (default: the best ISA with a
+    loop of the type): FMAs on float32 or float64, ``vdpbf16ps`` on bfloat16 (ValueError
+    naming the missing unit on a CPU without AVX512-BF16).  Cost: about 0.1 s of
+    calibration and warm-up, then 75 ms per sample, on ``threads`` cores.  Anything else on
+    those cores, a BLAS's workers spinning after a product included, lowers the figure."""
+    loop = _loop(dtype, threads, isa)
 
     def call(iterations):
         # Timed here, around the call, not in C: a call lasts ~75 ms, against which the
@@ -88,7 +107,7 @@ def fma_peak_gflops(dtype, threads=None, isa=None, repeats=5):
         # clocks; and the interval is what any caller of the pool gets, the helpers'
         # wake-up included.  cffi releases the GIL for the call.
         start = time.perf_counter()
-        flops = lib.attn_fma_peak(isa.encode(), bits, n_threads, iterations)
+        flops = loop(iterations)
         return flops, time.perf_counter() - start
 
     iterations = FMA_FIRST_ITERATIONS
@@ -99,13 +118,24 @@ def fma_peak_gflops(dtype, threads=None, isa=None, repeats=5):
     return [flops / seconds / 1e9 for flops, seconds in (call(iterations) for _ in range(repeats))]
 
 
+def peak_loop(dtype, flops, threads=None):
+    """(call, its flops): a call of the peak loop of ``dtype`` (the best ISA's, on
+    ``threads``, default the budget) doing the whole number of rounds nearest ``flops``
+    (at least one), to be timed beside a kernel's call of ``flops``: the kernel's GFLOP/s
+    as a fraction of the peak is then (loop's time ÷ kernel's) × (flops ÷ the loop's).
+    ValueError as ``fma_peak_gflops``."""
+    loop = _loop(dtype, threads, None)
+    per_round = loop(1)
+    rounds = max(1, round(flops / per_round))
+    return functools.partial(loop, rounds), per_round * rounds
+
+
 def gemm_gflops(dtype, n=2048, repeats=5):
     """NumPy's BLAS on a (n, n) @ (n, n) product of float32 (sgemm) or float64 (dgemm) on
     the thread budget, in GFLOP/s (2·n³ flops per call): ``repeats`` samples after one
     warm-up call, as ``bench_machine.Machine`` measures it.  Cost: repeats + 1 products
     (n = 2048: about 0.1-0.2 s each in float32 on 2 AVX2 cores) and 3 n² elements."""
-    dtype = np.dtype(dtype)
-    _bits(dtype)
+    dtype = dtypes.float_type(dtype, dtypes.WIDE).dtype
     threads.budget()  # the BLAS's thread count is the budget's from its first reading on
     a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
     product = np.empty_like(a)
@@ -205,12 +235,34 @@ def _extension():
 
 
 def _bits(dtype):
-    """32 or 64, the bits of the type ``dtype`` is computed in (float32 for the 16-bit
-    types); TypeError for a type not in the table."""
-    name = np.dtype(dtype).name
-    if name not in dtypes.FLOATS:
-        raise TypeError(f"the ceilings are measured for {dtypes.TAKEN}, not {name}")
-    return dtypes.FLOATS[name].compute.itemsize * 8
+    """The bits of ``dtype``'s peak loop (``PEAK_BITS``); TypeError for another type."""
+    return PEAK_BITS[dtypes.float_type(dtype, tuple(PEAK_BITS)).name]
+
+
+def _isas_with(bits):
+    """The ISAs of ``isas()`` with a loop of ``bits``-bit elements, best first (a loop of no
+    rounds: 0 flops where it runs, -1 where it does not)."""
+    lib = _extension()[1]
+    return [isa for isa in isas() if lib.attn_fma_peak(isa.encode(), bits, 1, 0) == 0]
+
+
+def _loop(dtype, threads, isa):
+    """``loop(rounds)``: the peak loop of ``dtype`` on ``isa`` (None: the best with one) and
+    ``threads`` (None: the budget), run for ``rounds`` rounds, returning its flops; ValueError
+    for an ISA without that loop here, or a CPU without the unit."""
+    bits = _bits(dtype)
+    n_threads = _threads(threads)
+    available = isas()
+    if isa is not None and isa not in available:
+        raise ValueError(f"ISA {isa!r} is not available on this CPU, which runs {', '.join(available)}")
+    with_loop = _isas_with(bits)
+    if not with_loop:
+        raise ValueError(missing_unit(dtype))
+    isa = with_loop[0] if isa is None else isa
+    if isa not in with_loop:
+        raise ValueError(f"ISA {isa!r} has no {dtypes.type_name(dtype)} loop; {', '.join(with_loop)} here have one")
+    lib = _extension()[1]
+    return lambda rounds: lib.attn_fma_peak(isa.encode(), bits, n_threads, rounds)
 
 
 def _threads(requested):

@@ -58,7 +58,7 @@ def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatc
     monkeypatch.setattr(minilm, "load", model_missing)
     budget = kernels.threads.budget()
     # the machine's ceilings and the cache formats' errors run on any machine: nothing of
-    # theirs can skip
+    # theirs can skip but bfloat16's peak (test_the_bfloat16_peak_skips_naming_the_unit_this_cpu_lacks)
     classes = [cls for module in bench_modules.values()
                for _, cls in inspect.getmembers(module, inspect.isclass)
                if cls.__module__ == module.__name__ and getattr(cls, "params", None)
@@ -75,6 +75,25 @@ def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatc
             if hasattr(benchmark, "teardown"):
                 benchmark.teardown(*params)
             assert kernels.threads.budget() == budget, (cls.__name__, params)
+
+
+def test_the_bfloat16_peak_skips_naming_the_unit_this_cpu_lacks(bench_modules):
+    """Ceilings' and PeakFraction's bfloat16 cases need AVX512-BF16; elsewhere asv records a
+    skip whose reason names it (the rest of both classes runs on any CPU)."""
+    from kernels import ceilings
+
+    reason = ceilings.missing_unit("bfloat16")
+    if reason is None:
+        pytest.skip("this CPU has AVX512-BF16: its bfloat16 peak is measured, not skipped")
+    machine = bench_modules["bench_machine"]
+    budget = kernels.threads.budget()
+    for cls, params in ((machine.Ceilings, ("bfloat16", 1)), (machine.PeakFraction, ("c_tiled", "bfloat16"))):
+        benchmark = cls()
+        with pytest.raises(NotImplementedError, match="^no AVX512-BF16 on this CPU$"):
+            benchmark.setup(*params)
+        if hasattr(benchmark, "teardown"):
+            benchmark.teardown(*params)
+        assert kernels.threads.budget() == budget
 
 
 @pytest.mark.parametrize("shape", bench_spec.PEER_SHAPES)
@@ -168,7 +187,9 @@ def test_asv_records_the_spread_of_a_track_benchmark_and_the_report_reads_it(tmp
                     "-m", "x"], cwd=tmp_path, check=True)
     asv = [str(pathlib.Path(sys.executable).parent / "asv"), "--config", str(tmp_path / "asv.conf.json")]
     subprocess.run([*asv, "machine", "--yes", "--machine", "box"], cwd=tmp_path, check=True, capture_output=True)
-    result = subprocess.run([*asv, "run", "--python=same", "--set-commit-hash", "HEAD"],
+    # --machine: the one just described, whatever other machines ~/.asv-machine.json holds
+    # (make bench adds this CPU's name there)
+    result = subprocess.run([*asv, "run", "--python=same", "--machine", "box", "--set-commit-hash", "HEAD"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     run = load_latest_run(tmp_path / "results")

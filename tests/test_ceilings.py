@@ -1,6 +1,8 @@
 """The machine's ceilings (kernels.ceilings, csrc/fma_peak.c): the FMA loop counts the flops
-it runs, refuses an ISA the CPU lacks, measures on the thread budget only, and the BLAS is
-named with what forces it, without touching this process's environment.
+it runs, refuses an ISA the CPU lacks, measures on the thread budget only, bfloat16's
+dot-product loop runs where the CPU has AVX512-BF16 and is refused, naming the unit,
+elsewhere, and the BLAS is named with what forces it, without touching this process's
+environment.
 
 No figure is asserted: how fast the machine is gets measured in benchmarks, not here.
 """
@@ -13,9 +15,16 @@ import pytest
 from kernels import ceilings, threads
 
 FMA_CHAINS = 12  # csrc/fma_peak.c
-LANES = {("avx512", 32): 16, ("avx512", 64): 8, ("avx2-fma", 32): 8, ("avx2-fma", 64): 4,
+# Products per instruction: a 512-, 256- or 128-bit vector's elements; vdpbf16ps's 32
+# bfloat16 lanes make 16 float32 lanes' worth of pairs
+LANES = {("avx512-bf16", 32): 16, ("avx512-bf16", 64): 8, ("avx512-bf16", 16): 32,
+         ("avx512", 32): 16, ("avx512", 64): 8, ("avx2-fma", 32): 8, ("avx2-fma", 64): 4,
          ("generic", 32): 4, ("generic", 64): 2}
-ALL_ISAS = ("avx512", "avx2-fma", "generic")
+ALL_ISAS = ("avx512-bf16", "avx512", "avx2-fma", "generic")
+BF16_ISA = "avx512-bf16"
+HAS_BF16 = BF16_ISA in ceilings.isas()
+needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="no AVX512-BF16 on this CPU: the bfloat16 dot-product "
+                                                        "loop cannot run here")
 
 
 def fma_peak(isa, bits, n_threads, iterations):
@@ -45,7 +54,50 @@ def test_unavailable_or_unknown_isa_is_refused_not_run():
         with pytest.raises(ValueError, match="not available"):
             ceilings.fma_peak_gflops(np.float32, 1, isa=isa, repeats=1)
     assert fma_peak("sse9", 32, 1, 1000) == -1
-    assert fma_peak("generic", 16, 1, 1000) == -1
+    for isa in ("avx512", "avx2-fma", "generic"):   # a loop of bfloat16 products on avx512-bf16 alone
+        assert fma_peak(isa, 16, 1, 1000) == -1
+    assert fma_peak("generic", 8, 1, 1000) == -1
+
+
+@needs_bf16
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_bf16_dot_products_counted_two_flops_per_product(n_threads):
+    # 12 chains of vdpbf16ps, each 16 float32 lanes × 2 bfloat16 products × 2 flops
+    assert fma_peak(BF16_ISA, 16, n_threads, 1000) == 2 * FMA_CHAINS * 32 * 1000 * n_threads
+    samples = ceilings.fma_peak_gflops("bfloat16", 1, repeats=2)
+    assert len(samples) == 2 and all(math.isfinite(s) and s > 0 for s in samples)
+    assert ceilings.missing_unit("bfloat16") is None
+
+
+def test_bf16_dot_products_refused_naming_the_unit_without_avx512_bf16():
+    if HAS_BF16:
+        pytest.skip("this CPU has AVX512-BF16: its loop runs (test_bf16_dot_products_counted_two_flops_per_product)")
+    assert fma_peak(BF16_ISA, 16, 1, 1000) == -1
+    assert ceilings.missing_unit("bfloat16") == "no AVX512-BF16 on this CPU"
+    with pytest.raises(ValueError, match="no AVX512-BF16 on this CPU"):
+        ceilings.fma_peak_gflops("bfloat16", 1, repeats=1)
+    with pytest.raises(ValueError, match="no AVX512-BF16 on this CPU"):
+        ceilings.peak_loop("bfloat16", 1e6, 1)
+
+
+def test_an_isa_without_the_types_loop_is_refused():
+    if HAS_BF16:
+        with pytest.raises(ValueError, match="'generic' has no bfloat16 loop; avx512-bf16 here"):
+            ceilings.fma_peak_gflops("bfloat16", 1, isa="generic", repeats=1)
+    assert [ceilings.missing_unit(dtype) for dtype in ("float32", "float64")] == [None, None]
+    with pytest.raises(TypeError, match="float16"):   # widened to float32: no loop of its own
+        ceilings.missing_unit("float16")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_peak_loop_does_the_flops_asked_for(dtype):
+    if ceilings.missing_unit(dtype):
+        pytest.skip(ceilings.missing_unit(dtype))
+    per_round = fma_peak(ceilings.isas()[0], ceilings.PEAK_BITS[dtype], 1, 1)   # the best ISA's
+    call, flops = ceilings.peak_loop(dtype, 10.4 * per_round, threads=1)
+    assert flops == 10 * per_round   # the nearest whole number of rounds
+    assert call() == flops
+    assert ceilings.peak_loop(dtype, 1.0, threads=1)[1] == per_round   # at least one round
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -136,6 +136,8 @@ def test_machines_side_by_side_one_column_each(three_machines):
     assert medians(section, "sgemm") == ["125.0", "80.0", "250.0"]  # testbox's newest run, not its older 999
     assert row(section, "sgemm")[1:] == ["80.0 ±4%", "250.0 ±4%"]
     assert medians(section, "dgemm") == ["62.5"] * 3
+    # testbox measured a bfloat16 peak; the others' names say they have no AVX512-BF16
+    assert row(section, "bfloat16 dot-product peak") == ["320.0 ±5%"] + ["no bfloat16 unit (no AVX512-BF16)"] * 2
     assert medians(section, "headline n") == ["4,096"] * 3
     assert medians(section, "c_tiled GFLOP/s, float32") == ["100.0"] * 3
     assert medians(section, "c_tiled GFLOP/s ÷ the FMA peak") == ["63%"] * 3  # 100 of 160, the fixture's
@@ -158,6 +160,8 @@ def test_machines_csvs_hold_raw_values_and_quartiles(three_machines):
     sgemm = rows("machine_figures")["sgemm, GFLOP/s"]
     assert float(sgemm["testbox"]) == 125.0 and float(sgemm["intel-xeon-avx512"]) == 250.0
     assert float(sgemm["intel-xeon-avx512_q25"]) == 240.0 and float(sgemm["intel-xeon-avx512_q75"]) == 260.0
+    bf16_peak = rows("machine_figures")["bfloat16 dot-product peak, GFLOP/s (every thread)"]
+    assert float(bf16_peak["testbox"]) == 320.0 and bf16_peak["amd-epyc-avx2"] == "no bfloat16 unit (no AVX512-BF16)"
 
 
 def test_one_machine_says_so_in_one_line(tmp_path):

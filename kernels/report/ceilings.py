@@ -1,9 +1,19 @@
-"""The machine's ceilings as the results hold them: the FMA peak per precision and thread
-count (``Ceilings``), NumPy's BLAS, named (``Blas``), its gemm, and the bandwidths."""
+"""The machine's ceilings as the results hold them: the peak per precision and thread count
+(``Ceilings``: float32's and float64's FMAs; bfloat16's dot products, where the CPU has
+AVX512-BF16), a kernel's fraction of its type's peak timed side by side with the peak's loop
+(``PeakFraction``), NumPy's BLAS, named (``Blas``), its gemm, and the bandwidths.
+
+bfloat16's roof is the machine's question, not a kernel's: where the CPU has a bfloat16 unit,
+every bfloat16 figure is read against its dot-product peak (a rung that widens bfloat16 to
+float32 sits under it by that much); where it has none, bfloat16 is widened to float32 by
+every rung, as float16 is everywhere here, and float32's FMA peak is its roof."""
 import math
 
 from .. import bench_spec as spec
+from ..machine_id import isa_of
 from ..output import fmt_number, missing, text
+
+NO_BF16_UNIT = "no bfloat16 unit (no AVX512-BF16)"
 
 
 def every_thread_count(run):
@@ -11,8 +21,35 @@ def every_thread_count(run):
 
 
 def fma_peak(run, dtype, threads=None):
-    """The measured FMA peak, GFLOP/s, of ``dtype`` on ``threads`` (default: the budget)."""
+    """The measured peak, GFLOP/s, of ``dtype`` on ``threads`` (default: the budget): float32's
+    and float64's FMAs, bfloat16's dot products (NaN where the CPU has no unit for them)."""
     return run.value(spec.FMA_PEAK, dtype=dtype, threads=threads or every_thread_count(run))
+
+
+def has_bf16_dot_product(run):
+    """Whether the run's CPU has AVX512-BF16: what the machine's name says
+    (``kernels.machine_id``), else True where ``Ceilings`` measured a bfloat16 peak (it runs
+    only on that unit); None when neither tells."""
+    isa = isa_of(run.path.parent.name)
+    if isa is not None:
+        return "bf16" in isa.split("-")
+    return True if not missing(fma_peak(run, "bfloat16")) else None
+
+
+def compute_roof(run, dtype, threads=None):
+    """The peak, GFLOP/s, that bounds a kernel computing in ``dtype``: the type's own for
+    float32 and float64, and for bfloat16 on a CPU with the unit (NaN if the run has not
+    measured it); float32's for float16, and for bfloat16 on a CPU without the unit (or not
+    known to have it): they are widened to float32 before any product."""
+    if dtype in spec.DTYPES or (dtype == "bfloat16" and has_bf16_dot_product(run)):
+        return fma_peak(run, dtype, threads)
+    return fma_peak(run, "float32", threads)
+
+
+def peak_fraction(run, kernel, dtype):
+    """The kernel's GFLOP/s ÷ its type's peak, timed side by side with the peak's loop
+    (``PeakFraction``); NaN when not measured (bfloat16: skipped without the unit)."""
+    return run.value(spec.PEAK_FRACTION, kernel=kernel, dtype=dtype)
 
 
 def blas_name(run):
@@ -21,19 +58,37 @@ def blas_name(run):
     return names[0] if names else "the installed BLAS"
 
 
+def gflops_words(value):
+    return f"{value:.1f} GFLOP/s"
+
+
+def bf16_roof_text(run):
+    """bfloat16's roof in a sentence: its dot-product peak, "no bfloat16 unit", or unknown."""
+    unit = has_bf16_dot_product(run)
+    if unit is False:
+        return (f"{NO_BF16_UNIT} on this CPU: bfloat16 is widened to float32, and float32's FMA peak "
+                "is its roof")
+    every = every_thread_count(run)
+    if unit is None:
+        return ("not measured, and whether this CPU has AVX512-BF16 is not known (its results folder is "
+                "not named by `kernels.machine_id`): bfloat16 is read against float32's FMA peak")
+    return (f"the dot-product peak (`vdpbf16ps`, AVX512-BF16; 2 flops per bfloat16 product) "
+            f"{text(fma_peak(run, 'bfloat16', 1), gflops_words)} on one thread, "
+            f"{text(fma_peak(run, 'bfloat16', every), gflops_words)} on {text(every, fmt_number)}")
+
+
 def ceilings_text(run):
     """The ceilings in a sentence each, for the report's opening."""
-    def rate(value, unit):
-        return text(value, lambda v: f"{v:.1f} {unit}")
     every = every_thread_count(run)
-    peaks = "; ".join(f"{dtype} {rate(fma_peak(run, dtype, 1), 'GFLOP/s')} on one thread, "
-                      f"{rate(fma_peak(run, dtype, every), 'GFLOP/s')} on {text(every, fmt_number)}"
+    peaks = "; ".join(f"{dtype} {text(fma_peak(run, dtype, 1), gflops_words)} on one thread, "
+                      f"{text(fma_peak(run, dtype, every), gflops_words)} on {text(every, fmt_number)}"
                       for dtype in spec.DTYPES)
-    gemms = ", ".join(f"{gemm} {rate(run.value(benchmark), 'GFLOP/s')}" for gemm, benchmark in spec.GEMM.values())
+    gemms = ", ".join(f"{gemm} {text(run.value(benchmark), gflops_words)}" for gemm, benchmark in spec.GEMM.values())
     unforced = run.value(spec.SGEMM_UNFORCED, blas=blas_name(run))
     unforced_text = ("" if missing(unforced) else
-                     f"; with the forcing variables unset (its own choice of kernels) sgemm {rate(unforced, 'GFLOP/s')}")
+                     f"; with the forcing variables unset (its own choice of kernels) sgemm {text(unforced, gflops_words)}")
     return [f"- **Compute roof, the FMA peak** (csrc/fma_peak.c, the best ISA this CPU runs): {peaks}.",
+            f"- **bfloat16's roof:** {bf16_roof_text(run)}.",
             f"- **BLAS:** {blas_name(run)}: {gemms}{unforced_text}.",
-            f"- **Memory roof:** streaming read {rate(run.value(spec.READ_BANDWIDTH), 'GB/s')} (every thread); "
-            f"copy {rate(run.value(spec.BANDWIDTH), 'GB/s')} (one thread)."]
+            f"- **Memory roof:** streaming read {text(run.value(spec.READ_BANDWIDTH), lambda v: f'{v:.1f} GB/s')} "
+            f"(every thread); copy {text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (one thread)."]

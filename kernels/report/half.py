@@ -4,9 +4,9 @@ float32, and what they cost in a real model's embeddings; against which ceiling.
 import math
 
 from .. import bench_spec as spec
-from ..machine_id import isa_of
 from ..output import Column, Table, fmt_gflops, fmt_number, fmt_percent, fmt_ratio, ratio, text
-from .ceilings import fma_peak
+from .ceilings import (NO_BF16_UNIT, compute_roof, fma_peak, gflops_words, has_bf16_dot_product,
+                       peak_fraction)
 from .document import Section
 from .multi_head import headline_shape, multihead_gflops
 from .thread_scaling import thread_counts
@@ -25,30 +25,33 @@ def half_min_cosine(run, kernel, dtype):
     return run.value(spec.HALF_FIDELITY, kernel=kernel, dtype=dtype)
 
 
-def has_bf16_dot_product(run):
-    """Whether the run's CPU has AVX512-BF16 (from the machine's name, ``kernels.machine_id``):
-    True, False, or None when the name does not say."""
-    isa = isa_of(run.path.parent.name)
-    return None if isa is None else "bf16" in isa.split("-")
-
-
 def _ceiling_words(run):
-    peak = text(fma_peak(run, "float32"), lambda v: f"{v:.1f} GFLOP/s")
+    """Which roof each 16-bit type is read against here, and what the run measured of it."""
+    float32 = text(fma_peak(run, "float32"), gflops_words)
+    widened = (f"float16 is widened to float32 before any product, so its roof is the float32 FMA peak "
+               f"({float32} on every thread)")
     bf16 = has_bf16_dot_product(run)
-    dot = {True: "This CPU has AVX512-BF16, whose `vdpbf16ps` takes two bfloat16 products per float32 lane "
-                 "and so doubles that roof for bfloat16; no kernel here uses it yet, so the float32 peak "
-                 "is the one the figures reach for.",
-           False: "This CPU has no AVX512-BF16, so no instruction multiplies bfloat16 faster than float32: "
-                  "a bfloat16 dot-product roof is not applicable here.",
-           None: "Whether this CPU has AVX512-BF16 is not known (its results folder is not named by "
-                 "`kernels.machine_id`)."}[bf16]
-    return (f"The roof for every type here is the float32 FMA peak ({peak} on every thread): the "
-            f"16-bit values are widened to float32 before any product. {dot}")
+    if bf16 is False:
+        return (f"{widened}, and so is bfloat16's: this CPU has {NO_BF16_UNIT}, so no instruction "
+                "multiplies bfloat16 faster than float32, and every rung widens it too.")
+    if bf16 is None:
+        return (f"{widened}. Whether this CPU has a bfloat16 unit (AVX512-BF16) is not known: its results "
+                "folder is not named by `kernels.machine_id` and the run measured no bfloat16 peak, so "
+                "bfloat16 is read against the float32 peak too.")
+    peak = text(fma_peak(run, "bfloat16"), gflops_words)
+    fraction = text(peak_fraction(run, "c_tiled", "bfloat16"), fmt_percent)
+    return (f"{widened}. bfloat16's roof is its own: this CPU has AVX512-BF16, whose `vdpbf16ps` sums two "
+            "bfloat16 products into each float32 lane, twice float32's flops per instruction, and the "
+            f"run measured its dot-product peak at {peak} on every thread (`Ceilings`). c_tiled multiplies "
+            "bfloat16 on that unit when it runs its \"avx512-bf16\" path "
+            "(`kernels.rungs.rung4_c_tiled.isa()`: exact products summed in float32, P rounded to bfloat16 "
+            "once); the other rungs widen bfloat16 to float32, under the float32 peak. c_tiled's bfloat16 "
+            f"GFLOP/s as a fraction of that peak, timed side by side with its loop (`PeakFraction`): {fraction}.")
 
 
 def half_precision(run):
     every = thread_counts(run, spec.HALF_SPEEDUP)[1]
-    peak = fma_peak(run, "float32")
+    roofs = {dtype: compute_roof(run, dtype) for dtype in ("float32", *spec.HALF_DTYPES)}
     kernels = [k for k in run.kernels(spec.MULTI_HEAD_TIME)
                if any(not math.isnan(multihead_gflops(run, k, dtype)) for dtype in spec.HALF_DTYPES)]
     timed = run.kernels(spec.HALF_SPEEDUP)
@@ -60,11 +63,11 @@ def half_precision(run):
             side_by_side = [(1.0 if kernel in timed else math.nan) if dtype == "float32"
                             else half_speedup(run, kernel, dtype, shape, all_threads)
                             for shape, all_threads in (("full", True), ("causal", True), ("full", False))]
-            rows.append([kernel, dtype, full, ratio(full, peak), causal, *side_by_side])
+            rows.append([kernel, dtype, full, ratio(full, roofs[dtype]), causal, *side_by_side])
     speed = Table("half_speed", (
         Column("kernel", "kernel"), Column("dtype", "dtype"),
         Column("gflops_full", "GFLOP/s, full", fmt_gflops),
-        Column("fraction_of_fma_peak", "of the float32 FMA peak", fmt_percent),
+        Column("fraction_of_roof", "of its type's roof", fmt_percent),
         Column("gflops_causal", "GFLOP/s, causal", fmt_gflops),
         Column("over_float32_full", "speed over float32, full (side by side)", fmt_ratio),
         Column("over_float32_causal", "speed over float32, causal (side by side)", fmt_ratio),
@@ -87,9 +90,10 @@ def half_precision(run):
         _ceiling_words(run),
         f"GFLOP/s at {headline_shape(run)}, d = {spec.HEAD_DIM}, all threads ({text(every, fmt_number)}), "
         "from MultiHead's time; the speed over float32 is the same kernel's float32 call and its "
-        "16-bit call alternating in one process (HalfSpeedup), so both see the same load. At "
-        "n = 4,096 attention is bound by its products, not by reading its inputs, so on the "
-        "float32 roof the 16-bit types can at best match float32.",
+        "16-bit call alternating in one process (HalfSpeedup), so both see the same load; the roof is "
+        "the peak of the type's products, as above. At n = 4,096 attention is bound by its products, "
+        "not by reading its inputs, so a 16-bit type widened to float32 can at best match float32; "
+        "only bfloat16 on a dot-product unit has a higher roof.",
         speed,
         "What the rounding costs in a real model: all-MiniLM-L6-v2's sentence embeddings with "
         "every attention call in the 16-bit type (q, k, v rounded before the kernel, the output "

@@ -24,7 +24,7 @@ from ..output import write_whole
 from ..machine_id import isa_of
 from ..memory import format_bytes
 from ..output import Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, ratio, text
-from .ceilings import blas_name, fma_peak
+from .ceilings import NO_BF16_UNIT, blas_name, fma_peak, has_bf16_dot_product
 from .document import Section
 from .multi_head import headline_seq_len, multihead_gflops
 from .peers import peer_speedup, worst_peer_speedup
@@ -115,6 +115,15 @@ def _whole(value):
     return f"{value:.0f}"
 
 
+def _bf16_peak(run):
+    """bfloat16's dot-product peak on every thread, or the words for a machine without the unit."""
+    return NO_BF16_UNIT if has_bf16_dot_product(run) is False else fma_peak(run, "bfloat16")
+
+
+def _gflops_or_words(value):
+    return value if isinstance(value, str) else fmt_gflops(value)
+
+
 HEADLINE = f"float32, full, {spec.HEADS} heads, headline n"
 # What each machine is (asv's machine.json, the run's commit): no spread, so a CSV of its own.
 ABOUT = (
@@ -131,6 +140,7 @@ FIGURES = (
     Figure("thread budget", lambda run: run.value(spec.THREAD_BUDGET), _whole),
     Figure("FMA peak float32, GFLOP/s (every thread)", lambda run: fma_peak(run, "float32"), fmt_gflops),
     Figure("FMA peak float64, GFLOP/s (every thread)", lambda run: fma_peak(run, "float64"), fmt_gflops),
+    Figure("bfloat16 dot-product peak, GFLOP/s (every thread)", _bf16_peak, _gflops_or_words),
     Figure("sgemm, GFLOP/s", lambda run: run.value(spec.SGEMM), fmt_gflops),
     Figure("dgemm, GFLOP/s", lambda run: run.value(spec.DGEMM), fmt_gflops),
     Figure("streaming read, GB/s (every thread)", lambda run: run.value(spec.READ_BANDWIDTH), fmt_gflops),
