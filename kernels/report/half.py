@@ -82,11 +82,14 @@ def half_precision(run):
         "bfloat16 (8 significand bits, float32's range) and float16 (11 bits, a range up to 65,504) "
         "are the types models are stored and run in. Here every rung takes them as inputs and "
         "returns them as output, but computes in float32: scores, softmax, P·V, widened exactly "
-        "from the 16-bit inputs and rounded once at the end (numpy widens whole arrays; numba_tiled "
-        "and c_tiled widen each tile as they load it). What that buys is half the bytes of q, k, v "
+        "from the 16-bit inputs and rounded once at the end (numpy widens whole arrays and rounds the "
+        "whole output; numba_tiled and c_tiled widen each tile as they load it and round each output "
+        "row as they store it). The one exception is c_tiled's bfloat16 on a CPU with AVX512-BF16, "
+        "which multiplies bfloat16 itself on the dot-product unit: exact products summed in float32, "
+        "each softmax weight rounded to bfloat16 once. What that buys is half the bytes of q, k, v "
         "and the output (a cache or an activation in a model twice as long for the same memory); "
-        "what it costs is the rounding of the inputs, which the harness's budget allows for (2 "
-        "unit roundoffs of the 16-bit type beyond the float32 budget).",
+        "what it costs is the rounding of the inputs (and of the weights), which the harness's budget "
+        "allows for (2 unit roundoffs of the 16-bit type beyond the float32 budget).",
         _ceiling_words(run),
         f"GFLOP/s at {headline_shape(run)}, d = {spec.HEAD_DIM}, all threads ({text(every, fmt_number)}), "
         "from MultiHead's time; the speed over float32 is the same kernel's float32 call and its "
