@@ -71,8 +71,9 @@ _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 FLOATS = {row.name: row for row in (
     Float("float32", 2.0**-24, _F32, "sgemm", "f32", "float *"),
     Float("float64", 2.0**-53, _F64, "dgemm", "f64", "double *"),
-    # 8 and 11 significand bits; the products and sums run in float32 (sgemm's roof, until a
-    # kernel uses a bf16 dot-product instruction)
+    # 8 and 11 significand bits; the products and sums run in float32 (sgemm's roof), or for
+    # bfloat16 in c_tiled on a CPU with AVX512-BF16, on its dot-product unit (whose own roof
+    # kernels.ceilings measures)
     Float("bfloat16", 2.0**-8, _F32, "sgemm", "bf16", "uint16_t *"),
     Float("float16", 2.0**-11, _F32, "sgemm", "f16", "uint16_t *"),
 )}
