@@ -12,7 +12,7 @@ help:
 	@echo "make report  rewrite reports/ from the asv results already in .asv/results"
 	@echo "make test    run the test suite"
 	@echo "make verify  every kernel against the float64 reference"
-	@echo "make sanitize  the C kernel under ASan + UBSan, every ISA, checked against float64; the pool under TSan (a C compiler and .venv)"
+	@echo "make sanitize  the C kernel under ASan + UBSan, every ISA, checked against float64; the pool under TSan (a C compiler and .venv; -j compiles in parallel)"
 	@echo "make list    the registered kernels"
 	@echo "make peers   install the peers (PyTorch, ONNX Runtime, OpenVINO, JAX; CPU builds; ggml with CMake) to measure beside ours"
 	@echo "make model   install all-MiniLM-L6-v2 (weights + tokenizer, no PyTorch) for kernels.models"
@@ -62,18 +62,24 @@ list: install
 # prints (it needs cffi), so a new source file is built here too.  The kernel's edges
 # (csrc/sanitize/cases.h) follow its tile sizes in csrc/tiles.h.  Both variables are expanded
 # only in the recipe, once `install` has run.
-SANITIZE_C = csrc/sanitize/check_attention.c \
-	$(or $(shell $(PY) csrc/build_attention.py --print-sources),$(error csrc/build_attention.py --print-sources failed))
+SANITIZE_SOURCES = $(or $(shell $(PY) csrc/build_attention.py --print-sources),$(error csrc/build_attention.py --print-sources failed))
 SANITIZE_FLAGS = \
 	$(or $(shell $(PY) csrc/build_attention.py --print-flags),$(error csrc/build_attention.py --print-flags failed)) \
 	-g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 build/sanitize/harness_cases.h: csrc/sanitize/harness_cases.py kernels/harness.py | install
 	$(PY) csrc/sanitize/harness_cases.py $@
-# (every csrc/*.c: SOURCES are among them)
-build/sanitize/check_attention: csrc/sanitize/check_attention.c csrc/sanitize/cases.h \
-		build/sanitize/harness_cases.h $(wildcard csrc/*.c csrc/*.h) csrc/build_attention.py | install
+# One object per source, so that `make -j sanitize` compiles them side by side (each is a
+# minute or so of the compiler's time under the sanitizers); every csrc/*.c is built, and
+# SOURCES, which are among them, are linked with the driver.
+build/sanitize/%.o: csrc/%.c $(wildcard csrc/*.h) csrc/build_attention.py | install
 	@mkdir -p $(@D)
-	$(CC) $(SANITIZE_FLAGS) -Icsrc -I$(@D) -o $@ $(SANITIZE_C) -lm
+	$(CC) $(SANITIZE_FLAGS) -Icsrc -c -o $@ $<
+build/sanitize/check_attention.o: csrc/sanitize/check_attention.c csrc/sanitize/cases.h \
+		build/sanitize/harness_cases.h $(wildcard csrc/*.h) csrc/build_attention.py | install
+	@mkdir -p $(@D)
+	$(CC) $(SANITIZE_FLAGS) -Icsrc -I$(@D) -c -o $@ $<
+build/sanitize/check_attention: build/sanitize/check_attention.o $(patsubst csrc/%.c,build/sanitize/%.o,$(wildcard csrc/*.c))
+	$(CC) $(SANITIZE_FLAGS) -o $@ $< $(patsubst csrc/%.c,build/sanitize/%.o,$(SANITIZE_SOURCES)) -lm
 
 # The thread pool alone under ThreadSanitizer (which cannot share a build with ASan): loops
 # from several threads at once, nested and back to back, each task's plain writes read by
