@@ -1,6 +1,7 @@
 """The half-precision section (``HalfSpeedup``, ``HalfFidelity``, ``MultiHead``'s 16-bit
 cells): what bfloat16 and float16 buy in speed, side by side with the same kernel in
-float32, and what they cost in a real model's embeddings; against which ceiling."""
+float32, and what they cost in a real model's embeddings; against which ceiling.  A peer's
+row in a type it fails the harness's budget in on the run's CPU (``PeerAccuracy``) says so."""
 import math
 
 from .. import bench_spec as spec
@@ -9,6 +10,7 @@ from ..output import Column, Table, fmt_gflops, fmt_number, fmt_percent, fmt_rat
 from .ceilings import fma_peak
 from .document import Section
 from .multi_head import headline_shape, multihead_gflops
+from .peers import FAILS, fails_harness
 from .thread_scaling import thread_counts
 
 
@@ -60,7 +62,8 @@ def half_precision(run):
             side_by_side = [(1.0 if kernel in timed else math.nan) if dtype == "float32"
                             else half_speedup(run, kernel, dtype, shape, all_threads)
                             for shape, all_threads in (("full", True), ("causal", True), ("full", False))]
-            rows.append([kernel, dtype, full, ratio(full, peak), causal, *side_by_side])
+            rows.append([kernel, dtype, full, ratio(full, peak), causal, *side_by_side,
+                         FAILS if fails_harness(run, kernel, dtype) else ""])
     speed = Table("half_speed", (
         Column("kernel", "kernel"), Column("dtype", "dtype"),
         Column("gflops_full", "GFLOP/s, full", fmt_gflops),
@@ -68,7 +71,8 @@ def half_precision(run):
         Column("gflops_causal", "GFLOP/s, causal", fmt_gflops),
         Column("over_float32_full", "speed over float32, full (side by side)", fmt_ratio),
         Column("over_float32_causal", "speed over float32, causal (side by side)", fmt_ratio),
-        Column("over_float32_full_one_thread", "… full, one thread", fmt_ratio)), rows)
+        Column("over_float32_full_one_thread", "… full, one thread", fmt_ratio),
+        Column("harness", "the harness")), rows)
     fidelity_kernels = run.kernels(spec.HALF_FIDELITY)
     fidelity = Table("half_fidelity", (Column("kernel", "kernel"),) + tuple(
         Column(f"{dtype}_min_cosine", f"{dtype}: smallest cosine to float32", lambda v: f"{v:.8f}")
@@ -89,7 +93,10 @@ def half_precision(run):
         "from MultiHead's time; the speed over float32 is the same kernel's float32 call and its "
         "16-bit call alternating in one process (HalfSpeedup), so both see the same load. At "
         "n = 4,096 attention is bound by its products, not by reading its inputs, so on the "
-        "float32 roof the 16-bit types can at best match float32.",
+        "float32 roof the 16-bit types can at best match float32. A peer's row marked "
+        f"\"{FAILS}\" is a type whose results fail the harness's budget on this CPU (the peers "
+        "section's PeerAccuracy): its library computes it below our rungs' precision, so its "
+        "speed shows what that rounding buys, not a rival result.",
         speed,
         "What the rounding costs in a real model: all-MiniLM-L6-v2's sentence embeddings with "
         "every attention call in the 16-bit type (q, k, v rounded before the kernel, the output "
