@@ -288,12 +288,13 @@ PROBE_CASES = tuple(case for case in CASES
 
 @dataclass(frozen=True)
 class Probe:
-    """The harness's verdict on one kernel in one type on this CPU: its ``Outcome`` on
-    each of ``PROBE_CASES``."""
+    """The harness's verdict on one kernel in one type on one CPU (``machine_id``'s name
+    of it): its ``Outcome`` on each of ``PROBE_CASES``."""
 
     kernel: str
     dtype: str
     outcomes: tuple
+    cpu: str
 
     @property
     def worst(self):
@@ -314,7 +315,7 @@ class Probe:
             return None
         comparison = self.worst.comparison
         return (f"{self.kernel} computes {self.dtype} below the harness's budget on this CPU "
-                f"({machine_name()}): error {comparison.error:.2g} against a budget of {comparison.budget:.2g} "
+                f"({self.cpu}): error {comparison.error:.2g} against a budget of {comparison.budget:.2g} "
                 f"on the case '{self.worst.case.label}' (measured at its first {self.dtype} call in this process)")
 
 
@@ -329,13 +330,15 @@ def probe(kernel_name, dtype):
     afterwards."""
     key = (kernel_name, type_name(dtype))
     record = KERNELS[kernel_name]
-    if key[1] not in record.probed or record.refusal(key[1], held=False):
+    held_types = [taken for taken in record.dtypes if taken in record.probed]
+    if key[1] not in held_types:
         raise ValueError(f"{kernel_name} is not held to the harness in {key[1]} "
-                         f"(it is in {', '.join(record.probed) or 'no type'} of those it takes)")
+                         f"(only in the types it takes of its probed ones: {', '.join(held_types) or 'none'})")
     with _PROBING:
         if key not in _PROBES:
             dtype = FLOATS[key[1]].dtype.type
-            _PROBES[key] = Probe(*key, tuple(check(kernel_name, case, dtype, held=False) for case in PROBE_CASES))
+            outcomes = tuple(check(kernel_name, case, dtype, held=False) for case in PROBE_CASES)
+            _PROBES[key] = Probe(*key, outcomes, machine_name())
         return _PROBES[key]
 
 

@@ -100,8 +100,8 @@ class Kernel:
         and by the benchmarks, which time a call that falls below the budget anyway)."""
         name = float_types.type_name(dtype)
         if name not in self.dtypes:
-            probed = [dtype for dtype in self.dtypes if dtype in self.probed]
-            where = f" ({', '.join(probed)} where within the harness's budget on this CPU)" if probed else ""
+            held_types = [taken for taken in self.dtypes if taken in self.probed]
+            where = f" ({', '.join(held_types)} where within the harness's budget on this CPU)" if held_types else ""
             return f"{self.name} takes {', '.join(self.dtypes)} only{where}: {self.dtype_note}"
         if held and name in self.probed:
             from . import harness  # here, not at the top: the harness imports the registry
