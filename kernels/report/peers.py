@@ -8,7 +8,7 @@ import importlib.metadata
 import math
 
 from .. import bench_spec as spec
-from ..output import Column, Table, fmt_count, fmt_ratio, missing
+from ..output import Column, Table, fmt_count, fmt_number, fmt_ratio, missing
 from ..registry import KERNELS, PEER_PACKAGES
 from . import plots
 from .document import Plot, Section
@@ -91,7 +91,7 @@ def accuracy_table(run):
              if any(not missing(peer_error_over_budget(run, peer, dtype)) for dtype in spec.PEER_ACCURACY_DTYPES)]
     return Table("peer_accuracy", (Column("peer", "peer"), *(
         Column(f"{dtype}_error_over_budget", f"{dtype}: error ÷ budget",
-               lambda value: f"{value:.2g}" + (f" ({FAILS})" if value > 1 else ""))
+               lambda value: fmt_number(value) + (f" ({FAILS})" if value > 1 else ""))
         for dtype in spec.PEER_ACCURACY_DTYPES)),
         [[peer] + [peer_error_over_budget(run, peer, dtype) for dtype in spec.PEER_ACCURACY_DTYPES]
          for peer in peers])
