@@ -8,10 +8,15 @@ process the peer's call and ours alternate (``side_by_side``).  The shapes
 query against a KV cache of 65,536 tokens (decode); one head at n = 64 (a tiny call,
 where the fixed cost shows).  A peer that is not installed, that declares it does not
 take a dtype, or that does not honour a thread budget below every CPU, is skipped with
-the reason.
+the reason.  One that computes a 16-bit type below the harness's budget on this CPU, which
+``kernels.attention`` refuses, is timed all the same (``kernels.api.attention_unheld``),
+so that what its rounding buys is seen: ``PeerAccuracy`` records its verdict, and the
+report shows such a ratio in a row of its own, as failing the budget.
 """
 import kernels
 from kernels import bench_spec as spec
+from kernels import harness
+from kernels.api import attention_unheld
 
 from .common import THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, side_by_side
 
@@ -48,9 +53,33 @@ class PeerSpeedup(ThreadBudget):
         causal = shape == "causal"
         q, k, v = make_inputs(heads, seq_len, dtype)
         check_runs(name, q, k, v, causal)
-        return lambda: kernels.attention(q, k, v, kernel=name, causal=causal)
+        return lambda: attention_unheld(q, k, v, kernel=name, causal=causal)
 
     def track_speedup(self, peer, kernel, shape, threads, dtype):
         return side_by_side(self.peer_call, self.call, spec.PEER_ROUNDS[shape])
 
     track_speedup.unit = "times"
+
+
+class PeerAccuracy:
+    """A peer's probed type held to the harness on this CPU (``kernels.harness.probe``): its
+    worst error ÷ budget over the probe's cases; above 1 it fails the harness here.  The
+    same on every run but for the peer's summation order: one round."""
+
+    params = [list(spec.PEERS), list(spec.PEER_ACCURACY_DTYPES)]
+    param_names = ["peer", "dtype"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 300
+
+    def setup(self, peer, dtype):
+        record = kernels.KERNELS.get(peer)
+        if record is None:
+            raise NotImplementedError(f"{peer} is not installed (make peers)")
+        if record.refusal(dtype, held=False):
+            raise NotImplementedError(record.refusal(dtype, held=False))
+        if dtype not in record.probed:
+            raise NotImplementedError(f"{peer} is not held to the harness in {dtype} (kernels.registry)")
+
+    def track_error_over_budget(self, peer, dtype):
+        return harness.probe(peer, dtype).over_budget
+
+    track_error_over_budget.unit = "budgets"

@@ -161,16 +161,17 @@ def _group(q_lead, kv_lead, shapes):
     return heads // kv_heads
 
 
-def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0):
+def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0, held=True):
     """Raise before allocating if ``kernel`` cannot run ``problem`` here.
 
-    ValueError for a dtype the kernel (a peer) declares it does not take, or above its
-    size cap; MemoryError when the output, the kernel's
+    ValueError for a dtype the kernel (a peer) declares it does not take, or computes below
+    the harness's budget on this CPU (``Kernel.refusal``; not asked when ``held`` is
+    False), or above its size cap; MemoryError when the output, the kernel's
     n×n workspace and ``extra_bytes`` (what the caller allocates besides: contiguous
     copies of the inputs, or the inputs themselves when they are yet to be made) would
     not fit in available memory, less ``headroom_bytes`` kept free for other work.
     """
-    refusal = kernel.refusal(problem.dtype)
+    refusal = kernel.refusal(problem.dtype, held)
     if refusal:
         raise ValueError(f"kernel {kernel.name!r} does not take this call: {refusal}")
     if not kernel.fits(problem.batch, problem.n_q, problem.n_k):
@@ -237,10 +238,20 @@ def attention_unrounded(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
     return _attention(q, k, v, kernel, causal, scale, rounded=False)
 
 
-def _attention(q, k, v, kernel, causal, scale, rounded):
+def attention_unheld(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
+    """``attention``, but a peer is not held to the harness on this CPU (``Kernel.probed``):
+    a call in a type it computes below the harness's budget here is made rather than
+    refused.  Every other check is ``attention``'s.  For the harness's probe itself, and for
+    the benchmarks, which time such a peer anyway so that what its rounding buys is seen
+    (the report marks those rows); not for results anyone should use."""
+    return _attention(q, k, v, kernel, causal, scale, rounded=True, held=False)
+
+
+def _attention(q, k, v, kernel, causal, scale, rounded, held=True):
     """The call, its output in the inputs' type (``rounded``) or in the type it is computed
     in.  A kernel that writes a 16-bit type's rows itself (``Kernel.writes_half``) is given
-    an output of that type; for the others the float32 result is rounded here, in one pass."""
+    an output of that type; for the others the float32 result is rounded here, in one pass.
+    ``held``: whether a peer's probed type must have met the harness's budget here."""
     record = get_kernel(kernel)
     problem = validate(q, k, v, causal, scale)
     compute = dtypes.float_type(problem.dtype).compute
@@ -250,7 +261,7 @@ def _attention(q, k, v, kernel, causal, scale, rounded):
     copied = [_needs_copy(a, shape, record.contiguous) for a, shape in flat]
     if record.strided_kv:  # k and v read in place with any (common) head stride
         copied[1:] = 2 * [_kv_needs_copy(*flat[1:])]
-    check_resources(record, problem, sum(a.nbytes for (a, _), copy in zip(flat, copied) if copy))
+    check_resources(record, problem, sum(a.nbytes for (a, _), copy in zip(flat, copied) if copy), held=held)
     run = record.run  # imports the rung (ExtensionNotBuilt, say) before anything is allocated
     q3, k3, v3 = (np.ascontiguousarray(a.reshape(shape)) if copy else a.reshape(shape)
                   for (a, shape), copy in zip(flat, copied))

@@ -129,6 +129,13 @@ if QUICK:  # a peer's process costs seconds to start (imports, sessions): two sh
     PEER_ROUNDS = {"full": 3, "causal": 3, "decode": 3, "tiny": 51}
 PEER_DTYPES = tuple(dtype for dtype in ALL_DTYPES if any(dtype in kept for kept in PEER_SHAPE_DTYPES.values()))
 DECODE_PEER_SEQ_LEN = 65536  # the decode shape's cache
+# PeerAccuracy: each peer in each of its probed types (``Kernel.probed``: the 16-bit ones,
+# whose precision its library picks by CPU) held to the harness on the run's CPU
+# (``kernels.harness.probe``), the worst error ÷ budget.  Above 1 it fails the harness
+# there: the suite times it all the same (PeerSpeedup, MultiHead), and the report marks
+# those rows and measures no goal against them.  Quick runs too: MultiHead times the peers'
+# 16-bit calls in them.
+PEER_ACCURACY_DTYPES = HALF_DTYPES
 
 
 # The cache in fewer bytes (§11.2): one new token's query (8 query heads, d = 64) against a
@@ -170,6 +177,7 @@ MULTI_HEAD_TIME = Benchmark("bench_attention.MultiHead.time_attention",
 THREADS_GFLOPS = Benchmark("bench_attention.Threads.track_gflops", ("kernel", "threads"))
 PEER_SPEEDUP = Benchmark("bench_peers.PeerSpeedup.track_speedup",
                          ("peer", "kernel", "shape", "threads", "dtype"))
+PEER_ACCURACY = Benchmark("bench_peers.PeerAccuracy.track_error_over_budget", ("peer", "dtype"))
 NUMPY_SPEEDUP = Benchmark("bench_attention.NumpySpeedup.track_speedup", ("kernel", "seq_len"))
 WALL_MEMORY = Benchmark("bench_attention.MemoryWall.track_peak_extra_bytes", ("kernel",))
 WALL_SECONDS = Benchmark("bench_attention.MemoryWall.track_seconds", ("kernel",))
@@ -208,7 +216,7 @@ CACHE_ERROR = Benchmark("bench_cache.CacheFidelity.track_error", ("cache_dtype",
 KEY_GRANULARITY = Benchmark("bench_cache.KeyGranularity.track_error", ("keys", "granularity"))
 
 # Every benchmark the report reads, in the order its sections use them.
-BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP,
+BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP, PEER_ACCURACY,
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,

@@ -35,16 +35,30 @@ Budgets, from the dtype's row of ``kernels.dtypes``:
   16-bit type fails the large-logit cases, and one that drops a key of 50 fails too
   (both held in tests/test_harness.py).
 Used by the tests and by ``python -m kernels verify``.
+
+The probe (``probe``): a peer's 16-bit types (``Kernel.probed``) are held to this harness
+on the CPU it runs on, since what its library computes them in depends on the CPU.  At
+the first question of whether it takes such a type (``Kernel.refusal``), in a process,
+the peer runs ``PROBE_CASES`` in that type and each is compared with the reference within
+its budget; the verdict is kept for the process, and a peer that fails is refused that
+type with what was measured.  Cost, on this project's 2-core AMD EPYC (Zen 3): the two
+cases' float64 references and budgets, once per type for every peer (0.5-1 s), and the
+peer's two calls (up to 2 × 700² scores), mostly its first compile of those shapes:
+PyTorch 0.15 s, ONNX Runtime 0.35 s, ggml 0.35 s, OpenVINO 0.3-0.45 s, JAX 2.1 s in
+bfloat16 and 3.9 s in float16 (run eagerly, op by op).  Nothing is probed at ``import
+kernels``, nor for our rungs, nor for a type a peer declares once for every CPU.
 """
 import functools
+import threading
 import zlib
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
-from .api import attention
-from .dtypes import FLOATS, float_type
+from .api import attention_unheld
+from .dtypes import FLOATS, float_type, type_name
+from .machine_id import machine_name
 from .reference import expand_kv, reference_attention
 from .registry import KERNELS
 
@@ -234,19 +248,23 @@ class Outcome:
         return "ok" if self.comparison.ok else "FAIL"
 
 
-def check(kernel_name, case, dtype):
-    """Run one kernel on one case at one dtype and compare with the reference."""
+def check(kernel_name, case, dtype, held=True):
+    """Run one kernel on one case at one dtype and compare with the reference.  ``held``:
+    a peer's probed type is skipped where it fell below the budget on this CPU (False:
+    run anyway, as the probe does)."""
     kernel = KERNELS[kernel_name]
     if not kernel.fits(case.batch, case.n_q, case.n_k):
         return Outcome(kernel_name, case, np.dtype(dtype).name, None, f"above cap {kernel.cap}")
-    if kernel.refusal(dtype):
-        return Outcome(kernel_name, case, np.dtype(dtype).name, None, kernel.refusal(dtype))
+    refusal = kernel.refusal(dtype, held)
+    if refusal:
+        return Outcome(kernel_name, case, np.dtype(dtype).name, None, refusal)
     if kernel.external and case.poison:
         # e.g. PyTorch lets a NaN value behind the causal mask through as 0 · NaN
         return Outcome(kernel_name, case, np.dtype(dtype).name, None, "external peer: NaN/Inf semantics are its own")
     inputs = case.inputs(dtype)  # fresh arrays each time: a kernel never sees another's
     ref, budget = _expected(case, np.dtype(dtype).type)
-    out = attention(*inputs, kernel=kernel_name, causal=case.causal)
+    # the refusal was asked above, held or not
+    out = attention_unheld(*inputs, kernel=kernel_name, causal=case.causal)
     return Outcome(kernel_name, case, np.dtype(dtype).name, compare(out, ref, inputs[2], budget))
 
 
@@ -256,6 +274,72 @@ def _expected(case, dtype):
     inputs = case.inputs(dtype)
     ref = reference_attention(*inputs, causal=case.causal)
     return ref, error_budget(case, dtype, inputs, ref)
+
+
+# The probe's cases: of the harness's own, the two where a kernel that computes part of the
+# work in a 16-bit type fails furthest over the budget, non-causal (causal fails them
+# alike).  Scores rounded to the type: "large logits x30 n=700" (scores up to ~3,000,
+# whose rounding reorders near ties of the softmax: 46x the budget in bfloat16, 104x in
+# float16; no other case reaches 1x).  l and P·V summed in the type, key by key: the long
+# rows of "n=1031 prime d=65" (3.3x and 1.3x).  tests/test_harness.py holds both.
+PROBE_CASES = tuple(case for case in CASES
+                    if not case.causal and case.name in ("large logits x30 n=700", "n=1031 prime d=65"))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The harness's verdict on one kernel in one type on one CPU (``machine_id``'s name
+    of it): its ``Outcome`` on each of ``PROBE_CASES``."""
+
+    kernel: str
+    dtype: str
+    outcomes: tuple
+    cpu: str
+
+    @property
+    def worst(self):
+        """The outcome furthest over its budget (or nearest to it)."""
+        return max(self.outcomes, key=lambda outcome: outcome.comparison.error / outcome.comparison.budget)
+
+    @property
+    def over_budget(self):
+        """The worst case's error ÷ its budget: above 1, the kernel fails the harness here."""
+        comparison = self.worst.comparison
+        return comparison.error / comparison.budget
+
+    @property
+    def refusal(self):
+        """Why the kernel is refused this type here, with what was measured; None when it
+        passes every case."""
+        if all(outcome.comparison.ok for outcome in self.outcomes):
+            return None
+        comparison = self.worst.comparison
+        return (f"{self.kernel} computes {self.dtype} below the harness's budget on this CPU "
+                f"({self.cpu}): error {comparison.error:.2g} against a budget of {comparison.budget:.2g} "
+                f"on the case '{self.worst.case.label}' (measured at its first {self.dtype} call in this process)")
+
+
+_PROBES = {}                   # (kernel name, dtype name) -> Probe, for this process
+_PROBING = threading.Lock()    # one probe at a time: a verdict is measured once
+
+
+def probe(kernel_name, dtype):
+    """The ``Probe`` of kernel ``kernel_name`` in ``dtype`` (one of its ``probed`` types that
+    it takes; ValueError otherwise) on this CPU: measured at the first call in a process
+    (the kernel run on ``PROBE_CASES``, not held to the budget while it is measured), kept
+    afterwards."""
+    key = (kernel_name, type_name(dtype))
+    record = KERNELS[kernel_name]
+    held_types = [taken for taken in record.dtypes if taken in record.probed]
+    if key[1] not in held_types:
+        raise ValueError(f"{kernel_name} is not held to the harness in {key[1]} "
+                         f"(only in the types it takes of its probed ones: {', '.join(held_types) or 'none'})")
+    with _PROBING:
+        if key not in _PROBES:
+            dtype = FLOATS[key[1]].dtype.type
+            outcomes = tuple(check(kernel_name, case, dtype, held=False) for case in PROBE_CASES)
+            _PROBES[key] = Probe(*key, outcomes, machine_name())
+        return _PROBES[key]
 
 
 def verify(kernel_names=None, cases=CASES, dtypes=DTYPES):

@@ -30,9 +30,19 @@ package.
 
 External peers (other libraries' CPU attention, the baselines our rungs are measured
 against) are registered the same way, marked ``external``, only when their packages are
-installed; a peer that computes some dtype below its precision declares so
-(``dtypes``, ``dtype_note``), and the validation path, the harness and the benchmarks
-refuse or skip those calls with its reason.
+installed.  What a peer computes a type in is its library's choice, and for the 16-bit
+types that choice depends on the CPU (OpenVINO's CPU plugin honours its bf16 and f16
+hint only where the CPU has bf16 or fp16 units, and then rounds the scores), so a peer
+declares two things: the types it takes (``dtypes``; ``dtype_note`` says why the others
+are refused: computed below their precision on every CPU, or not run at all), and, of
+those, the ones held to the harness on the CPU it runs on (``probed``; the others it
+computes at their precision everywhere): the first call in such a type in a process
+runs ``kernels.harness.probe`` (the peer on the harness's hardest cases against float64,
+within their budget or not), and where it falls below the budget the call is refused
+with what was measured.  The validation path and the harness refuse those calls with the
+reason; the benchmarks time them anyway, outside that check
+(``kernels.api.attention_unheld``), and the report marks their rows as failing the
+budget, so that what the rounding buys is still seen.
 """
 import importlib
 import importlib.util
@@ -55,7 +65,8 @@ class Kernel:
     int8_cache: bool = False          # reads an int8 KV cache in place (run_int8)
     own_caches: tuple = ()            # cache formats a peer keeps in its own layout (cache_decoder)
     external: bool = False            # a peer baseline, not one of our rungs
-    dtypes: tuple = float_types.NAMES  # computed at their own precision
+    dtypes: tuple = float_types.NAMES  # taken: computed at their own precision (``probed`` ones: where measured so)
+    probed: tuple = ()                 # of dtypes, those held to the harness on this CPU at first use
     widens_inputs: bool = False        # takes 16-bit inputs as whole float32 copies (counted)
     writes_half: bool = False          # writes a 16-bit output itself, each row rounded as stored
     dtype_note: str = ""              # why any other dtype is refused
@@ -81,11 +92,21 @@ class Kernel:
         """False when the problem is above this kernel's size cap."""
         return self.max_scores is None or batch * n_q * n_k <= self.max_scores
 
-    def refusal(self, dtype):
-        """Why this kernel does not take inputs of ``dtype``, or None when it does."""
-        if float_types.type_name(dtype) in self.dtypes:
-            return None
-        return f"{self.name} takes {', '.join(self.dtypes)} only: {self.dtype_note}"
+    def refusal(self, dtype, held=True):
+        """Why this kernel does not take inputs of ``dtype``, or None when it does.  A type of
+        ``probed`` is taken where the harness's probe finds it within the budget on this CPU
+        (``kernels.harness.probe``: it runs at the first such question in a process, and its
+        verdict is kept); ``held=False`` leaves that question out (asked by the probe itself,
+        and by the benchmarks, which time a call that falls below the budget anyway)."""
+        name = float_types.type_name(dtype)
+        if name not in self.dtypes:
+            held_types = [taken for taken in self.dtypes if taken in self.probed]
+            where = f" ({', '.join(held_types)} where within the harness's budget on this CPU)" if held_types else ""
+            return f"{self.name} takes {', '.join(self.dtypes)} only{where}: {self.dtype_note}"
+        if held and name in self.probed:
+            from . import harness  # here, not at the top: the harness imports the registry
+            return harness.probe(self.name, name).refusal
+        return None
 
     def cache_refusal(self, cache_format):
         """Why this kernel does not attend a KV cache stored as ``cache_format`` (a name of
@@ -151,19 +172,23 @@ def _build():
 def _peers():
     """(Kernel, packages it needs) of every external peer (``make peers`` installs them).
     ``dtypes``: what each computes at (at least) the inputs' own precision, measured by the
-    harness (the half types in float32, rounding P and the output at most, as our rungs);
-    ``dtype_note``: why the others are refused (each peer's module docstring has the evidence)."""
-    float32_and_half = dict(dtypes=("float32",) + float_types.HALF)
+    harness (the half types in float32, rounding P and the output at most, as our rungs),
+    or, for a 16-bit type, runs at all; ``dtype_note``: why the others are refused (each
+    peer's module docstring has the evidence).  Every peer's 16-bit types are ``probed``:
+    what its library computes them in may change with the CPU, so each is held to the
+    harness where it runs (ONNX Runtime's float16 fails it on every CPU: its kernel rounds
+    the scores to float16 by its source; it is measured all the same)."""
+    probed = dict(probed=float_types.HALF)
+    float32_and_half = dict(dtypes=("float32",) + float_types.HALF, **probed)
     return [
         (Kernel("torch_sdpa", "external peer: PyTorch's scaled_dot_product_attention on the CPU",
-                "O(n·d)", "kernels.peers.torch_sdpa", external=True, dtypes=float_types.NAMES,
+                "O(n·d)", "kernels.peers.torch_sdpa", external=True, dtypes=float_types.NAMES, **probed,
                 threading="torch.set_num_threads(budget)"), ["torch"]),
         (Kernel("onnxruntime_attention", "external peer: ONNX Runtime's Attention operator (opset 23), CPU provider",
-                "O(n·d)", "kernels.peers.onnxruntime_attention", external=True, dtypes=("float32",),
+                "O(n·d)", "kernels.peers.onnxruntime_attention", external=True, dtypes=("float32", "float16"),
+                **probed,
                 dtype_note="it accepts float64 but computes it at float32 precision (errors ~5e-8); "
-                           "in float16 it rounds the scores q·kᵀ to float16 before the softmax "
-                           "(error 0.21 on large logits, 434 unit roundoffs of float16, where the "
-                           "budget is 2e-3); for bfloat16 its CPU provider has no kernel (NOT_IMPLEMENTED)",
+                           "for bfloat16 its CPU provider has no kernel (NOT_IMPLEMENTED)",
                 threading="session intra_op_num_threads = budget",
                 own_caches=("float16", "int8")),
          ["onnxruntime", "onnx"]),
@@ -180,7 +205,7 @@ def _peers():
          ["jax"]),
         (Kernel("ggml_flash_attn", "external peer: ggml's flash_attn_ext (llama.cpp's attention), CPU backend",
                 "O(n²) (a causal call's mask)", "kernels.peers.ggml_flash_attn", external=True, materialises=True,
-                dtypes=("float32", "bfloat16"),
+                dtypes=("float32", "bfloat16"), **probed,
                 dtype_note="in float16 its CPU kernel sums V·softmax in float16 when n_q < 64: on even "
                            "attention the sum stops at 2,048 weights (8,192 keys of value 1 give 0.25-0.5); "
                            "it has no float64",

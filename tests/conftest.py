@@ -1,5 +1,6 @@
 """What several test files share: the project's root, a test per registered kernel (and per
-SIMD path of c_tiled), the asv suite's modules imported as asv imports them, a check that a figure is a PNG, the
+SIMD path of c_tiled), a peer that fails the harness in half precision on any CPU, the asv
+suite's modules imported as asv imports them, a check that a figure is a PNG, the
 optional model (a test that needs it skips, saying how to install it), and hypothesis's
 profiles."""
 import importlib
@@ -68,6 +69,24 @@ def skip_refused():
 def own_kernel_name(request):
     """Every rung of ours (not the external peers)."""
     return request.param
+
+
+@pytest.fixture
+def rounding_peer(monkeypatch):
+    """The name of a peer registered for one test, on any CPU: ``tests/half_models.py``'s
+    ``run``, which takes float32, bfloat16 and float16, the 16-bit types held to the harness
+    where it runs (``Kernel.probed``), and rounds its scores to them as some libraries do
+    on some CPUs, so that it fails the probe (with ``half_models.ROUNDS_SCORES`` False it
+    computes in float32 and passes).  The probe's verdicts start afresh for the test."""
+    from kernels import harness
+    from kernels.dtypes import HALF
+
+    name = "rounding_peer"
+    monkeypatch.setitem(kernels.KERNELS, name, kernels.Kernel(
+        name, "external peer: a library that rounds its scores to the 16-bit type", "O(n²)", "half_models",
+        external=True, dtypes=("float32",) + HALF, probed=HALF, dtype_note="a test's peer has no float64"))
+    monkeypatch.setattr(harness, "_PROBES", {})
+    return name
 
 
 @pytest.fixture(params=["avx512-bf16", "avx512", "avx2-fma", "generic", "avx512-bf16-emulated"])

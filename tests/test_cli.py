@@ -311,9 +311,9 @@ def test_explain_refuses_a_peer_without_float64_saying_why(capsys, tmp_path, pee
         pytest.skip(f"{peer} is not installed (make peers)")
     status, _, error = run_main(capsys, "explain", "--out", str(tmp_path / "page"), "--kernel", peer)
     assert status == 1
-    taken = ", ".join(kernels.KERNELS[peer].dtypes)  # float32, and the half types for some
     assert error.startswith(f"attnbench explain: kernel '{peer}' cannot compute every example of the page: "
-                            f"the 4-token example (1·4·4 = 16 scores) is in float64, and {peer} takes {taken} only: ")
+                            f"the 4-token example (1·4·4 = 16 scores) is in float64, and "
+                            f"{kernels.KERNELS[peer].refusal('float64')}")
     assert "; kernels that can: numpy, numba_tiled, c_tiled" in error
     assert not (tmp_path / "page").exists()
 

@@ -5,9 +5,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from half_models import ROUNDING_BUGS, half_model
 from kernels import harness
 from kernels.dtypes import FLOATS, HALF
-from kernels.reference import expand_kv, reference_attention
+from kernels.reference import reference_attention
 
 U = FLOATS["float32"].unit_roundoff
 
@@ -60,30 +61,6 @@ def test_the_magnitude_term_ignores_non_finite_inputs():
     assert harness._expected(case, np.float32)[1] < 64 * U
 
 
-def half_model(q, k, v, causal, dtype, bug=None):
-    """Attention as a 16-bit kernel may compute it: float32 throughout, P rounded to ``dtype``
-    before P·V (l summed from the unrounded P, as PyTorch's bfloat16 kernel does) and the
-    output rounded to ``dtype``: the two roundings the budget allows.  ``bug``: "scores in
-    half" rounds the scores to ``dtype`` too; "drops a key" leaves out every row's last key."""
-    q, k, v = (x.astype(np.float32) for x in (q, k, v))
-    k, v = expand_kv(q, k), expand_kv(q, v)   # grouped cases: each query head's K/V head
-    scores = q @ np.swapaxes(k, -1, -2) / np.float32(np.sqrt(q.shape[-1]))
-    if bug == "scores in half":
-        scores = scores.astype(dtype).astype(np.float32)
-    n_q, n_k = scores.shape[-2:]
-    visible = np.tri(n_q, n_k, k=n_k - n_q, dtype=bool) if causal else np.ones((n_q, n_k), bool)
-    if bug == "drops a key":
-        visible &= np.tri(n_q, n_k, k=n_k - n_q - 1, dtype=bool) if causal else np.arange(n_k) < n_k - 1
-    scores = np.where(visible, scores, -np.inf)
-    with np.errstate(invalid="ignore"):
-        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    p = np.nan_to_num(p)   # rows that see no key: zero weights, zero output
-    l = p.sum(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(l > 0, (p.astype(dtype).astype(np.float32) @ v) / l, 0)
-    return out.astype(dtype)
-
-
 HALF_CASES = [c for c in harness.CASES if not c.poison]
 
 
@@ -114,6 +91,22 @@ def test_a_16_bit_kernel_with_a_real_bug_fails(bug, causal, dtype):
     ref, budget = harness._expected(case, np.dtype(dtype).type)
     assert harness.compare(half_model(q, k, v, case.causal, dtype), ref, v, budget).ok  # without it
     assert not harness.compare(half_model(q, k, v, case.causal, dtype, bug), ref, v, budget).ok
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("bug", ROUNDING_BUGS)
+def test_the_probe_fails_a_kernel_rounding_its_scores_or_sums_to_16_bits(bug, dtype):
+    """The probe's cases (``harness.PROBE_CASES``) catch either way a library may compute part
+    of a 16-bit type's work in it, and pass the two roundings the budget allows."""
+    assert len(harness.PROBE_CASES) == 2 and not any(case.causal for case in harness.PROBE_CASES)
+    errors = {}
+    for case in harness.PROBE_CASES:
+        q, k, v = case.inputs(np.dtype(dtype).type)
+        ref, budget = harness._expected(case, np.dtype(dtype).type)
+        assert harness.compare(half_model(q, k, v, case.causal, dtype), ref, v, budget).ok, case.label
+        errors[case.name] = harness.compare(half_model(q, k, v, case.causal, dtype, bug), ref, v, budget).error / budget
+    print(f"{bug}, {dtype}: error ÷ budget " + ", ".join(f"{name} {ratio:.2f}" for name, ratio in errors.items()))
+    assert max(errors.values()) > 1
 
 
 def test_16_bit_budgets_are_the_float32_budget_of_their_inputs_plus_two_roundings():

@@ -19,6 +19,7 @@ from kernels import KERNELS, bench_spec, costs, fits
 from kernels.output import write_text, write_whole
 from kernels.memory import format_bytes
 from kernels.report import gaps, goals, half, overview, results, roofline, write_report
+from kernels.report.peers import worst_peer_speedup
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
 NEWEST_COMMIT = "c0ffee1234567890abcdef1234567890abcdef12"
@@ -196,20 +197,38 @@ def test_side_by_side(report, report_dir):
 
 
 def test_peers(report, report_dir):
-    """Every peer's column; the fixture's ratios are torch_sdpa's × 0.8, 1.5 and 4."""
+    """Every peer's column; the fixture's ratios are torch_sdpa's × 0.8, 1.5 and 4.  Its
+    openvino_sdpa fails the harness in both 16-bit types (PeerAccuracy 44 and 30 budgets):
+    its ratios there stand in a row of their own, marked."""
     table = section(report, "Peers")
-    assert row(table, "c_tiled", "full", "8", "4,096", "4", "float32")[6:] == ["1.25×", "1.00×", "1.88×", "5.00×"]
-    assert row(table, "c_tiled", "causal", "8", "4,096", "1", "float32")[6:] == ["1.24×", "0.99×", "1.86×", "n/a"]
-    assert row(table, "c_tiled", "full", "8", "4,096", "4", "float64")[6:] == ["1.25×", "n/a", "n/a", "n/a"]
-    assert row(table, "numba_tiled", "one query, cached keys", "8", "65,536", "4")[6:] == \
+    assert row(table, "c_tiled", "full", "8", "4,096", "4", "float32", "")[7:] == ["1.25×", "1.00×", "1.88×", "5.00×"]
+    assert row(table, "c_tiled", "causal", "8", "4,096", "1", "float32", "")[7:] == ["1.24×", "0.99×", "1.86×", "n/a"]
+    assert row(table, "c_tiled", "full", "8", "4,096", "4", "float64", "")[7:] == ["1.25×", "n/a", "n/a", "n/a"]
+    assert row(table, "numba_tiled", "one query, cached keys", "8", "65,536", "4")[7:] == \
         ["0.80×", "0.64×", "1.20×", "3.20×"]
-    assert row(table, "c_tiled", "full (a tiny call)", "1", "64", "4")[6:] == ["2.50×", "2.00×", "3.75×", "10.00×"]
-    assert row(table, "c_tiled", "causal", "8", "4,096", "4", "bfloat16")[6:] == ["1.30×", "n/a", "1.50×", "2.00×"]
+    assert row(table, "c_tiled", "full (a tiny call)", "1", "64", "4")[7:] == ["2.50×", "2.00×", "3.75×", "10.00×"]
+    assert row(table, "c_tiled", "causal", "8", "4,096", "4", "bfloat16", "")[7:] == ["1.30×", "n/a", "n/a", "2.00×"]
+    assert row(table, "c_tiled", "causal", "8", "4,096", "4", "bfloat16", "fails the harness budget here")[7:] == \
+        ["n/a", "n/a", "1.50×", "n/a"]
     rows = csv_rows(report_dir, "peers")
-    # kernels × (full, causal: threads × dtypes; decode, tiny), and c_tiled in the two 16-bit types
-    assert len(rows) == 2 * (2 * 2 + 2 * 2 + 2 + 2) + 2 * 2 * 2
+    # kernels × (full, causal: threads × dtypes; decode, tiny), and c_tiled in the two 16-bit
+    # types, twice: the peers that pass the harness there, and openvino_sdpa
+    assert len(rows) == 2 * (2 * 2 + 2 * 2 + 2 + 2) + 2 * 2 * 2 * 2
     assert float(csv_row(rows, kernel="c_tiled", shape="full", threads="4", dtype="float32")
                  ["over_openvino_sdpa"]) == 1.875
+    failing = [r for r in rows if r["harness"]]
+    assert {r["harness"] for r in failing} == {"fails the harness budget here"}
+    assert {r["dtype"] for r in failing} == {"bfloat16", "float16"}
+    assert all(r["over_openvino_sdpa"] and not r["over_torch_sdpa"] and not r["over_jax_attention"]
+               for r in failing)
+    accuracy = section(report, "Peers")
+    assert row(accuracy, "openvino_sdpa", "44 (fails the harness budget here)") == [
+        "openvino_sdpa", "44 (fails the harness budget here)", "30 (fails the harness budget here)"]
+    assert row(accuracy, "torch_sdpa", "0.13") == ["torch_sdpa", "0.13", "0.08"]
+    assert row(accuracy, "ggml_flash_attn", "0.13") == ["ggml_flash_attn", "0.13", "n/a"]
+    assert row(accuracy, "onnxruntime_attention", "n/a") == [
+        "onnxruntime_attention", "n/a", "105 (fails the harness budget here)"]
+    assert [r["peer"] for r in csv_rows(report_dir, "peer_accuracy")] == list(bench_spec.PEERS)
     peers = csv_rows(report_dir, "peer_versions")
     assert [r["peer"] for r in peers] == list(bench_spec.PEERS)  # installed or not
     assert "peers_gflops_vs_n.png" in table
@@ -639,12 +658,13 @@ def test_half_precision(report, report_dir):
     text = section(report, "Half precision")
     # of its type's roof: bfloat16's dot-product peak (320), float16's the float32 FMA peak (160)
     assert row(text, "c_tiled", "bfloat16")[2:] == ["105.3", "33% ±5%", "95.7", "1.60× ±3%", "1.60× ±3%",
-                                                   "1.52× ±3%"]
+                                                   "1.52× ±3%", ""]
     assert row(text, "c_tiled", "float16")[3] == "66% ±5%"
-    assert row(text, "c_tiled", "float32")[5:] == ["1.00×"] * 3
+    assert row(text, "c_tiled", "float32")[5:8] == ["1.00×"] * 3
     assert row(text, "numpy", "float16")[2] == "18.2" and row(text, "numpy", "float16")[5] == "n/a"
     assert row(text, "numba_tiled", "0.99985000")[2] == "0.99999800"
-    assert row(text, "torch_sdpa", "float32")[5:] == ["n/a"] * 3   # no HalfSpeedup of a peer
+    assert row(text, "torch_sdpa", "float32")[5:] == ["n/a"] * 3 + [""]   # no HalfSpeedup of a peer
+    assert row(text, "torch_sdpa", "bfloat16")[-1] == ""   # it passes the harness in the fixture
     assert "float32 FMA peak (160.0 GFLOP/s ±5% on every thread)" in text
     # testbox: not a kernels.machine_id name, but its bfloat16 peak was measured
     assert "the run measured its dot-product peak at 320.0 GFLOP/s ±5% on every thread" in text
@@ -731,6 +751,30 @@ def edit_json(path, change):
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
+
+
+def test_a_peer_failing_the_harness_is_marked_and_no_lead_is_measured_over_it(results_copy, tmp_path):
+    """torch_sdpa measured at 5 budgets in float16 (PeerAccuracy): its half-precision row says
+    it fails, its float16 ratios move to the marked rows of the peers table, and the
+    smallest ratio over every peer in float16 is over jax_attention (2.0 × 0.9), the one
+    peer left that passes there (openvino_sdpa fails in the fixture itself)."""
+    def torch_fails_in_float16(data):
+        values, params = data["results"][str(bench_spec.PEER_ACCURACY)][:2]
+        values[[(peer, dtype) for peer in params[0] for dtype in params[1]].index(("'torch_sdpa'", "'float16'"))] = 5.0
+    edit_json(results_copy / NEWEST_FILE, torch_fails_in_float16)
+    report = write_report(results_copy, tmp_path / "out").read_text()
+    half = section(report, "Half precision")
+    assert row(half, "torch_sdpa", "float16")[-1] == "fails the harness budget here"
+    assert row(half, "torch_sdpa", "bfloat16")[-1] == ""
+    peers = section(report, "Peers")
+    assert row(peers, "c_tiled", "full", "8", "4,096", "4", "float16", "fails the harness budget here")[7:] == \
+        ["1.17×", "n/a", "1.35×", "n/a"]
+    assert row(peers, "c_tiled", "full", "8", "4,096", "4", "float16", "")[7:] == ["n/a", "n/a", "n/a", "1.80×"]
+    run = results.load_latest_run(results_copy)
+    assert worst_peer_speedup(run, "c_tiled", "full", 4, "float16") == (1.8, "jax_attention")
+    value, peer = worst_peer_speedup(run, "c_tiled", "full", 1, "float16")   # jax_attention not at 1 thread
+    assert math.isnan(value) and peer is None
+    assert worst_peer_speedup(run, "c_tiled", "full", 4, "bfloat16") == (1.3, "torch_sdpa")
 
 
 def not_in_results(report):

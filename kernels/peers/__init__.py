@@ -7,5 +7,6 @@ registered only when its package is installed (``make peers``).
     jax_attention.py          JAX's dot_product_attention, compiled by XLA
 
 Each has the rungs' ``run(q, k, v, out, causal, scale)``; its registry entry says which
-dtypes it computes at their precision and how it takes the thread budget.
+dtypes it computes at their precision (its 16-bit ones where the harness's probe finds them
+within the budget on the CPU it runs on) and how it takes the thread budget.
 """

@@ -53,7 +53,8 @@ stacked (XLA folds the group into the rows itself).
 
 Memory: O(n²): XLA's implementation holds the whole score matrix (``workspace_bytes``).
 
-Declared limits (``kernels.registry``): float32, bfloat16 and float16; not float64: with 64-bit
+Declared limits (``kernels.registry``): float32, bfloat16 and float16 (the 16-bit types
+held to the harness on the CPU it runs on, ``kernels.harness.probe``); not float64: with 64-bit
 types enabled it returns float64 but computes the scores in float32 (errors ~1e-7
 against the reference).  The thread budget is not honoured: XLA sizes its CPU thread
 pool itself when the backend starts, and no flag of this version changes it.

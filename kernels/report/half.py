@@ -1,6 +1,7 @@
 """The half-precision section (``HalfSpeedup``, ``HalfFidelity``, ``MultiHead``'s 16-bit
 cells): what bfloat16 and float16 buy in speed, side by side with the same kernel in
-float32, and what they cost in a real model's embeddings; against which ceiling."""
+float32, and what they cost in a real model's embeddings; against which ceiling.  A peer's
+row in a type it fails the harness's budget in on the run's CPU (``PeerAccuracy``) says so."""
 import math
 
 from .. import bench_spec as spec
@@ -9,6 +10,7 @@ from .ceilings import (NO_BF16_UNIT, compute_roof, fma_peak, gflops_words, has_b
                        peak_fraction)
 from .document import Section
 from .multi_head import headline_shape, multihead_gflops
+from .peers import FAILS, fails_harness
 from .thread_scaling import thread_counts
 
 
@@ -63,7 +65,8 @@ def half_precision(run):
             side_by_side = [(1.0 if kernel in timed else math.nan) if dtype == "float32"
                             else half_speedup(run, kernel, dtype, shape, all_threads)
                             for shape, all_threads in (("full", True), ("causal", True), ("full", False))]
-            rows.append([kernel, dtype, full, ratio(full, roofs[dtype]), causal, *side_by_side])
+            rows.append([kernel, dtype, full, ratio(full, roofs[dtype]), causal, *side_by_side,
+                         FAILS if fails_harness(run, kernel, dtype) else ""])
     speed = Table("half_speed", (
         Column("kernel", "kernel"), Column("dtype", "dtype"),
         Column("gflops_full", "GFLOP/s, full", fmt_gflops),
@@ -71,7 +74,8 @@ def half_precision(run):
         Column("gflops_causal", "GFLOP/s, causal", fmt_gflops),
         Column("over_float32_full", "speed over float32, full (side by side)", fmt_ratio),
         Column("over_float32_causal", "speed over float32, causal (side by side)", fmt_ratio),
-        Column("over_float32_full_one_thread", "… full, one thread", fmt_ratio)), rows)
+        Column("over_float32_full_one_thread", "… full, one thread", fmt_ratio),
+        Column("harness", "the harness")), rows)
     fidelity_kernels = run.kernels(spec.HALF_FIDELITY)
     fidelity = Table("half_fidelity", (Column("kernel", "kernel"),) + tuple(
         Column(f"{dtype}_min_cosine", f"{dtype}: smallest cosine to float32", lambda v: f"{v:.8f}")
@@ -96,7 +100,10 @@ def half_precision(run):
         "16-bit call alternating in one process (HalfSpeedup), so both see the same load; the roof is "
         "the peak of the type's products, as above. At n = 4,096 attention is bound by its products, "
         "not by reading its inputs, so a 16-bit type widened to float32 can at best match float32; "
-        "only bfloat16 on a dot-product unit has a higher roof.",
+        "only bfloat16 on a dot-product unit has a higher roof. A peer's row marked "
+        f"\"{FAILS}\" is a type whose results fail the harness's budget on this CPU (the peers "
+        "section's PeerAccuracy): its library computes it below our rungs' precision, so its "
+        "speed shows what that rounding buys, not a rival result.",
         speed,
         "What the rounding costs in a real model: all-MiniLM-L6-v2's sentence embeddings with "
         "every attention call in the 16-bit type (q, k, v rounded before the kernel, the output "

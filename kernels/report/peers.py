@@ -1,12 +1,14 @@
-"""The peers section (``PeerSpeedup``): our tiled kernels beside every other CPU attention a
-user could pick, each ratio timed side by side in a process of its own; what each peer
-is, its version and how it takes the thread budget; and GFLOP/s against n for our
-kernels and every peer."""
+"""The peers section (``PeerSpeedup``, ``PeerAccuracy``): our tiled kernels beside every
+other CPU attention a user could pick, each ratio timed side by side in a process of its
+own; whether each peer's 16-bit types meet the harness's budget on the run's CPU (a peer
+that fails it there is timed all the same, its figures shown in rows of their own and
+never counted as a peer a goal is measured against); what each peer is, its version and
+how it takes the thread budget; and GFLOP/s against n for our kernels and every peer."""
 import importlib.metadata
 import math
 
 from .. import bench_spec as spec
-from ..output import Column, Table, fmt_count, fmt_ratio
+from ..output import Column, Table, fmt_count, fmt_number, fmt_ratio, missing
 from ..registry import KERNELS, PEER_PACKAGES
 from . import plots
 from .document import Plot, Section
@@ -20,15 +22,32 @@ SHAPE_WORDS = {"full": "full", "causal": "causal", "decode": "one query, cached 
                "tiny": "full (a tiny call)"}
 
 
+FAILS = "fails the harness budget here"  # the mark of a peer's figures in a type it fails
+
+
 def peer_speedup(run, peer, kernel, shape, threads, dtype):
     """The kernel's speed over ``peer`` (the peer's time ÷ the kernel's, side by side)."""
     return run.value(spec.PEER_SPEEDUP, peer=peer, kernel=kernel, shape=shape, threads=threads, dtype=dtype)
 
 
+def peer_error_over_budget(run, peer, dtype):
+    """``PeerAccuracy``: the peer's worst error ÷ the harness's budget in ``dtype`` on the
+    run's CPU; NaN where not measured (not a probed type, not installed, not run)."""
+    return run.value(spec.PEER_ACCURACY, peer=peer, dtype=dtype)
+
+
+def fails_harness(run, peer, dtype):
+    """True when ``peer`` (any kernel's name may be asked) was measured above the harness's
+    budget in ``dtype`` on the run's CPU; False where it met it or was not measured."""
+    return peer_error_over_budget(run, peer, dtype) > 1
+
+
 def worst_peer_speedup(run, kernel, shape, threads, dtype, peers=spec.PEERS):
     """The smallest of the kernel's speed-ups over ``peers`` measured at this point, and
-    that peer; (NaN, None) when none was."""
-    measured = [(peer_speedup(run, peer, kernel, shape, threads, dtype), peer) for peer in peers]
+    that peer; (NaN, None) when none was.  A peer that fails the harness's budget in
+    ``dtype`` on the run's CPU is left out: a lead is measured over results that hold."""
+    measured = [(peer_speedup(run, peer, kernel, shape, threads, dtype), peer) for peer in peers
+                if not fails_harness(run, peer, dtype)]
     measured = [(value, peer) for value, peer in measured if not math.isnan(value)]
     return min(measured) if measured else (math.nan, None)
 
@@ -39,7 +58,9 @@ def shape_seq_len(run, shape):
 
 
 def speedup_table(run):
-    """One row per (kernel, shape, threads, dtype) that any peer ran; a column per peer."""
+    """One row per (kernel, shape, threads, dtype) that any peer ran; a column per peer.
+    The figures of the peers that fail the harness's budget in that dtype on the run's CPU
+    stand in a second row of that point, marked ``FAILS``."""
     peers = run.param_values(spec.PEER_SPEEDUP, "peer")
     peers = [peer for peer in spec.PEERS if peer in peers]
     rows = []
@@ -48,15 +69,32 @@ def speedup_table(run):
             for threads in run.param_values(spec.PEER_SPEEDUP, "threads"):
                 for dtype in spec.ALL_DTYPES:
                     values = [peer_speedup(run, peer, kernel, shape, threads, dtype) for peer in peers]
-                    if all(math.isnan(value) for value in values):
-                        continue
-                    rows.append([kernel, SHAPE_WORDS[shape], SHAPE_SIZES[shape][0],
-                                 shape_seq_len(run, shape), threads, dtype] + values)
+                    failing = [fails_harness(run, peer, dtype) for peer in peers]
+                    for fails in (False, True):
+                        shown = [value if peer_fails == fails else math.nan
+                                 for value, peer_fails in zip(values, failing)]
+                        if all(math.isnan(value) for value in shown):
+                            continue
+                        rows.append([kernel, SHAPE_WORDS[shape], SHAPE_SIZES[shape][0], shape_seq_len(run, shape),
+                                     threads, dtype, FAILS if fails else ""] + shown)
     columns = (Column("kernel", "kernel"), Column("shape", "shape"), Column("heads", "heads"),
                Column("seq_len", "n", fmt_count), Column("threads", "threads", lambda v: f"{v:.0f}"),
-               Column("dtype", "dtype"),
+               Column("dtype", "dtype"), Column("harness", "the harness"),
                *(Column(f"over_{peer}", f"over {peer}", fmt_ratio) for peer in peers))
     return Table("peers", columns, rows)
+
+
+def accuracy_table(run):
+    """Each peer's worst error ÷ budget in each type it is held to the harness in, on the
+    run's CPU (``PeerAccuracy``)."""
+    peers = [peer for peer in spec.PEERS
+             if any(not missing(peer_error_over_budget(run, peer, dtype)) for dtype in spec.PEER_ACCURACY_DTYPES)]
+    return Table("peer_accuracy", (Column("peer", "peer"), *(
+        Column(f"{dtype}_error_over_budget", f"{dtype}: error ÷ budget",
+               lambda value: fmt_number(value) + (f" ({FAILS})" if value > 1 else ""))
+        for dtype in spec.PEER_ACCURACY_DTYPES)),
+        [[peer] + [peer_error_over_budget(run, peer, dtype) for dtype in spec.PEER_ACCURACY_DTYPES]
+         for peer in peers])
 
 
 def _version(package):
@@ -73,12 +111,20 @@ def peer_table():
     for peer, packages in PEER_PACKAGES.items():
         record = KERNELS.get(peer)
         rows.append([peer, ", ".join(_version(package) for package in packages),
-                     ", ".join(record.dtypes) if record else "-",
+                     _declared(record) if record else "-",
                      record.threading if record else "-",
                      record.description.removeprefix("external peer: ") if record else "not installed (make peers)"])
     return Table("peer_versions", (
         Column("peer", "peer"), Column("packages", "packages"), Column("dtypes", "dtypes"),
         Column("threads", "threads"), Column("what", "what it runs")), rows)
+
+
+def _declared(record):
+    """The dtypes a peer declares: "float32; bfloat16, float16 held to the harness on the
+    CPU" (the types of ``probed`` taken where they meet its budget)."""
+    fixed = [dtype for dtype in record.dtypes if dtype not in record.probed]
+    probed = [dtype for dtype in record.dtypes if dtype in record.probed]
+    return ", ".join(fixed) + (f"; {', '.join(probed)} held to the harness on the CPU" if probed else "")
 
 
 def peers(run):
@@ -101,8 +147,19 @@ def peers(run):
         "memory in and out without a copy, PyTorch shares it, JAX's includes handing the "
         "arrays to XLA and copying the result back (O(n·d) against the O(n²·d) work). "
         "n/a: the peer does not take that dtype, does not honour that thread budget, "
-        "or is not installed.",
+        f"or is not installed. A peer whose 16-bit results fail the harness's budget on this CPU "
+        f"(below) is refused that type by `kernels.attention`, but timed all the same, by the same "
+        f"path without that check: its figures stand in a row of their own, marked \"{FAILS}\", to "
+        "show what its rounding buys; no goal is measured against them.",
         speedup_table(run),
+        "Each peer's 16-bit types held to the harness on this CPU (PeerAccuracy: "
+        "`kernels.harness.probe`, which `kernels.attention` runs at a peer's first call in such a "
+        "type): the peer on the harness's hardest cases for a kernel that rounds its scores or its "
+        "sums to 16 bits (large logits ×30 at n = 700; n = 1,031), the larger of its errors against "
+        "float64 ÷ that case's budget. Above 1 it fails: the CPU's library computes that type below "
+        "the precision our rungs are held to. n/a: not measured (a type the peer never takes, or "
+        "a peer not installed).",
+        accuracy_table(run),
         "The peers, as installed when this report was written:",
         peer_table(),
         Plot("peers_gflops_vs_n.png", "GFLOP/s against n of our tiled kernels and every peer", draw),
