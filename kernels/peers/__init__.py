@@ -5,6 +5,7 @@ registered only when its package is installed (``make peers``).
     onnxruntime_attention.py  ONNX Runtime's Attention operator (opset 23)
     openvino_sdpa.py          OpenVINO's ScaledDotProductAttention (opset 13)
     jax_attention.py          JAX's dot_product_attention, compiled by XLA
+    ggml_flash_attn.py        ggml's flash_attn_ext, llama.cpp's attention
 
 Each has the rungs' ``run(q, k, v, out, causal, scale)``; its registry entry says which
 dtypes it computes at their precision (its 16-bit ones where the harness's probe finds them

@@ -98,10 +98,14 @@ def accuracy_table(run):
 
 
 def _version(package):
-    try:
-        return f"{package} {importlib.metadata.version(package)}"
-    except importlib.metadata.PackageNotFoundError:
-        return f"{package} not installed"
+    """"ggml 0.0.45": the version of the distribution that installs the import ``package``
+    (ggml-python installs ggml), or "ggml not installed"."""
+    for distribution in importlib.metadata.packages_distributions().get(package, [package]):
+        try:
+            return f"{package} {importlib.metadata.version(distribution)}"
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return f"{package} not installed"
 
 
 def peer_table():
