@@ -20,14 +20,15 @@
      PAIRED                 optional (bfloat16 Q, K and V; TILE_OPS_T struct tile_ops_bf16):
                             the tiles are multiplied as pairs of bfloat16 by a dot-product
                             instruction, never widened: Q and K packed in pairs along d, V
-                            in pairs of keys, and P rounded to bfloat16 in pairs of keys
-                            between the softmax and P·V (round_p); the split-KV path reads
-                            K and V in place through KV_ROW_OPS with any number of rows
+                            in pairs of keys, and P rounded to bfloat16 by the softmax (its
+                            sum l over the rounded weights) and packed in pairs of keys for
+                            P·V (round_p); the split-KV path reads K and V in place through
+                            KV_ROW_OPS with any number of rows (undefined at the end)
      OUT_NARROW(x, n, y)    optional (the 16-bit types): y[i] = x[i] rounded to the inputs'
                             type, i < n (a struct convert_ops function), how a call asked to
                             round its output (struct shape's round_out) stores each row
-     SUFFIX(name)           name##_f32, _f64, _bf16, _f16 or _q8
-     TILE_OPS_T             struct tile_ops_f32 or struct tile_ops_f64
+     SUFFIX(name)           name##_f32, _f64, _bf16, _bf16_dot, _f16 or _q8
+     TILE_OPS_T             struct tile_ops_f32, tile_ops_f64 or (PAIRED) tile_ops_bf16
      QUERY_TILE, KEY_TILE   tile sizes (query rows, keys)
      KEY_CAP                Sᵀ rows per panel: KEY_TILE rounded up to KEY_BLOCK
      ACTIVE_OPS             the selected const TILE_OPS_T *
