@@ -22,7 +22,7 @@
                             instruction, never widened: Q and K packed in pairs along d, V
                             in pairs of keys, and P rounded to bfloat16 by the softmax (its
                             sum l over the rounded weights) and packed in pairs of keys for
-                            P·V (round_p); the split-KV path reads K and V in place through
+                            P·V (pack_p); the split-KV path reads K and V in place through
                             KV_ROW_OPS with any number of rows (undefined at the end)
      OUT_NARROW(x, n, y)    optional (the 16-bit types): y[i] = x[i] rounded to the inputs'
                             type, i < n (a struct convert_ops function), how a call asked to
@@ -391,7 +391,7 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
             ops->online_softmax(sc->st, KEY_CAP, panel_keys, panel, sc->m + r0, sc->l + r0,
                                 sc->alpha + r0);
 #if PAIRED
-            ops->round_p(sc->st, *panel_keys, sc->pt);   /* Pᵀ in bfloat16 pairs of keys */
+            ops->pack_p(sc->st, *panel_keys, sc->pt);   /* Pᵀ in bfloat16 pairs of keys */
             ops->pv_tile(sc->pt, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
                          sc->ot + r0 * dv_pad);
 #else

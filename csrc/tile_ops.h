@@ -319,7 +319,7 @@ struct tile_ops_bf16 {
                            int64_t rows_pad, float *m, float *l, float *alpha);
     /* pt = one panel's Pᵀ (its first keys rows of st, bfloat16 values: online_softmax
        rounds them) in pairs of keys */
-    void (*round_p)(const float *st, int64_t keys, uint32_t *pt);
+    void (*pack_p)(const float *st, int64_t keys, uint32_t *pt);
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from pt and vp, query r summing over its first visible[r] keys */
     void (*pv_tile)(const uint32_t *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
                     const uint32_t *vp, int64_t d_v, int64_t rows_pad, float *ot);

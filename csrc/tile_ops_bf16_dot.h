@@ -73,7 +73,7 @@ static TARGET real online_softmax_row_rounded(real *s, int64_t keys, real *m, re
 
 /* pt (ceil(keys / 2), QUERY_PANEL) = one panel's Pᵀ (keys, QUERY_PANEL), bfloat16 values
    (online_softmax_rounded's), in pairs of keys (P[j], P[j + 1]), a lone last key paired with 0 */
-static DOT_TARGET void round_p(const real *st, int64_t keys, uint32_t *pt)
+static DOT_TARGET void pack_p(const real *st, int64_t keys, uint32_t *pt)
 {
     for (int64_t j = 0; j < keys; j += 2)
         UNROLL
@@ -349,7 +349,7 @@ const struct tile_ops_bf16 BF16_DOT_OPS = {
     .query_panel = QUERY_PANEL,
     .qk_tile = qk_tile_dot,
     .online_softmax = online_softmax_rounded,
-    .round_p = round_p,
+    .pack_p = pack_p,
     .pv_tile = pv_tile_dot,
     .online_softmax_row = online_softmax_row_rounded,
     .dot_rows = {.qk_rows = qk_rows_dot, .pv_rows = pv_rows_dot},
