@@ -82,7 +82,8 @@ from ..threads import address, parallel_for, threads_for
 from . import rung3_numba_split_kv
 from .rung3_numba_simd import (
     BLOCK_ROWS, BLOCK_VECTORS, INTERNAL, JIT_OPTIONS, TASK, aligned_empty, call_arrays, exp2, fma_vector,
-    input_format, panel_width, prefer_wide_vectors, register_block, rows_in_compute_type, widen, widen_rows,
+    input_format, narrow, output_format, panel_width, prefer_wide_vectors, register_block, rows_in_compute_type,
+    widen, widen_rows,
 )
 from .rung3_numba_split_kv import SPLIT_KV_MAX_ROWS
 
@@ -230,16 +231,17 @@ def task_order(task, n_heads, n_query_tiles):
 
 
 @njit(**INTERNAL)
-def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, fmt):
+def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, dtype, fmt, out_fmt):
     """out[i0 : i0 + TILE_Q] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
     out (n_q, d_v).  Query i sees keys j < i + 1 + offset; the scores are
-    (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax.  q, k, v are
-    of out's type, or the uint16 bits of the 16-bit format fmt (a literal), widened
-    as the tiles are filled: Qᵀ and the V tile as they are copied, each key tile
-    into a scratch tile that qk_tile reads (a float k is read in place)."""
+    (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax, all computed in
+    ``dtype``.  q, k, v are of that type, or the uint16 bits of the 16-bit format fmt
+    (a literal), widened as the tiles are filled: Qᵀ and the V tile as they are copied,
+    each key tile into a scratch tile that qk_tile reads (a float k is read in place).
+    out is of that type (out_fmt AS_IS) or the uint16 bits of the 16-bit format out_fmt,
+    each row rounded as it is stored (``narrow``)."""
     n_q, d = q.shape
     n_k, d_v = v.shape
-    dtype = out.dtype
     n_rows = min(TILE_Q, n_q - i0)
     # The last tile is cut to whole panels, so a short query (decoding, n_q = 1)
     # does not pay for a whole tile.
@@ -286,10 +288,11 @@ def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, fmt):
     for r in range(n_rows):
         # A row that sees no key has O = 0 and gets zeros; one whose scores
         # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
+        # (1 / l is float64: each output is rounded to dtype, then to a 16-bit out_fmt.)
         sees_a_key = i0 + r + 1 + offset > 0
-        inv_l = 1 / l[r] if sees_a_key else dtype.type(0.0)
+        inv_l = 1 / l[r] if sees_a_key else dtype(0.0)
         for c in range(d_v):
-            out[i0 + r, c] = ot[c, r] * inv_l
+            out[i0 + r, c] = narrow(dtype(ot[c, r] * inv_l), out_fmt)
 
 
 # What a task needs of its call: the arrays' addresses and shapes and the call's
@@ -309,17 +312,18 @@ CALL = np.dtype([
 # (a closure over a dispatcher would be compiled anew in each); the format reaches
 # attend_query_tile as a literal, compiled into its own specialisation.
 @functools.cache
-def query_tile_task(dtype):
+def query_tile_task(dtype, out_dtype):
     stored, real, fmt = input_format(dtype)
+    out_stored, out_fmt = output_format(dtype, out_dtype)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def query_tile(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, out = call_arrays(call, stored, real, stored)
+        q, k, v, out = call_arrays(call, stored, out_stored, stored)
         head, tile = task_order(task, call.heads, call.n_query_tiles)
         kv_head = head // call.group
         attend_query_tile(q[head], k[kv_head, :call.n_k], v[kv_head, :call.n_k], out[head], tile * TILE_Q, call.offset,
-                          real(call.q_factor), real(call.log2_scale), fmt)
+                          real(call.q_factor), real(call.log2_scale), real, fmt, out_fmt)
 
     return query_tile
 
@@ -329,10 +333,11 @@ def run(q, k, v, out, causal, scale):
     (grouped-query attention: query head h reads K/V head h // (B / B_kv)) and C-contiguous
     rows, heads any whole number of rows apart (``api.kv_layout``: a KV cache's spare
     capacity is skipped, not copied); one dtype of ``kernels.dtypes``, already validated;
-    out (B, n_q, d_v) of its compute type.  Writes every element of out.  Up to
-    SPLIT_KV_MAX_ROWS queries per query head (decoding) take the split-KV path, which reads
-    each K/V head once for its whole group.  16-bit inputs go to compiled code as their
-    bits (uint16 views)."""
+    out (B, n_q, d_v) C-contiguous, of its compute type or, for 16-bit inputs, of their
+    own type, each row rounded to nearest even as it is stored.  Writes every element of
+    out.  Up to SPLIT_KV_MAX_ROWS queries per query head (decoding) take the split-KV
+    path, which reads each K/V head once for its whole group.  16-bit inputs and outputs
+    go to compiled code as their bits (uint16 views)."""
     dtype = q.dtype
     stored = input_format(dtype)[0]
     k, v, kv_rows = kv_layout(k, v)
@@ -347,7 +352,7 @@ def run(q, k, v, out, causal, scale):
     call = np.array([(*map(address, (q, k, v, out)), heads, n_q, n_k, d, d_v, kv_heads, kv_rows,
                       heads // kv_heads, n_query_tiles, offset, q_factor, log2_scale)], CALL)
     parallel_for(heads * n_query_tiles, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
-                 query_tile_task(dtype), call)
+                 query_tile_task(dtype, out.dtype), call)
 
 
 def run_int8(q, k, k_scales, v, v_scales, out, causal, scale):
