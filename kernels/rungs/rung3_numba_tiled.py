@@ -91,6 +91,9 @@ from .rung3_numba_split_kv import SPLIT_KV_MAX_ROWS
 # queries; AVX2: 24, 12).  Its Qᵀ, Sᵀ and Oᵀ tiles (24 KB each at d = 64, float32) and a
 # key tile stay near L1; larger tiles (144 rows, or TILE_K = 128) measured no faster.
 TILE_Q = 96
+# 16-bit inputs: twice the rows, so that each key tile widened into scratch (and each V tile
+# widened into its copy) serves twice the queries.  See the module docstring for what it bought.
+TILE_Q_HALF = 2 * TILE_Q
 TILE_K = 64  # keys per step of the online softmax (a multiple of BLOCK_ROWS)
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -130,20 +133,22 @@ def qk_tile(qt, k, j0, visible, st):
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
-def mask_causal(st, visible, keys):
-    """st[j, i] = -inf for the keys visible[i] <= j < keys that query i must not see."""
+def mask_causal(st, visible, keys, start):
+    """st[j, i] = -inf for the keys visible[i] <= j < keys that query i >= start must not see."""
     neg_inf = st.dtype.type(-np.inf)
-    for i in range(visible.size):
+    for i in range(start, visible.size):
         for j in range(visible[i], keys):
             st[j, i] = neg_inf
 
 
 @njit(**INTERNAL)
-def online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift):
+def online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift):
     """One online-softmax step over a tile of unscaled scores Sᵀ = K Qᵀ, in place.
 
     st (TILE_K, rows): its first ``keys`` rows become P = 2**((S - m_new) · log2_scale),
-    log2_scale > 0 (masked scores are -inf and give 0).  m, l (rows,) are the running
+    log2_scale > 0 (masked scores are -inf and give 0), for the queries i >= start: the
+    queries before it see none of the tile's keys (causal), and their state stands as
+    it is (for them the step would be alpha = 1, P = 0).  m, l (rows,) are the running
     max and sum; alpha (rows,) receives the factor that rescales what earlier tiles
     summed; m_new and shift (rows,) are scratch.  Every loop runs across queries,
     which LLVM vectorises.  Scaling after the max subtraction keeps large logits
@@ -153,11 +158,12 @@ def online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift):
     prefer_wide_vectors()  # LLVM vectorises these loops itself
     neg_inf = st.dtype.type(-np.inf)
     zero = st.dtype.type(0.0)
+    m, l, alpha, m_new, shift = m[start:], l[start:], alpha[start:], m_new[start:], shift[start:]
     rows = m.size
     for i in range(rows):
         m_new[i] = m[i]
     for j in range(keys):
-        s = st[j]
+        s = st[j, start:]
         for i in range(rows):
             # m_new = max(m, rowmax S); fmax skips a NaN score, which poisons the row
             # through P.  (Written as "s if s > m_new else m_new", the store back in
@@ -172,7 +178,7 @@ def online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift):
         l[i] *= alpha[i]
         m[i] = m_new[i]
     for j in range(keys):
-        s = st[j]
+        s = st[j, start:]
         for i in range(rows):
             p = exp2((s[i] - shift[i]) * log2_scale)
             s[i] = p
@@ -180,11 +186,12 @@ def online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift):
 
 
 @njit(**INTERNAL)
-def pv_tile(pt, v_tile, visible, alpha, ot):
+def pv_tile(pt, v_tile, visible, start, alpha, ot):
     """Oᵀ = alpha · Oᵀ + V_tileᵀ Pᵀ, query i summing over exactly its visible[i] keys.
 
     pt (TILE_K, rows) = Pᵀ; v_tile (TILE_K, width) the tile's values, zero-padded to
     width = d_v rounded up to BLOCK_ROWS; alpha, visible (rows,); ot (width, rows) = Oᵀ.
+    Only the queries i >= start (a multiple of the panel width), as online_softmax.
     A panel sums the keys all its queries see in register blocks; the few more that
     only its later queries see (a tile crossing the causal diagonal) are added query
     by query.  A key is never skipped for a small weight: 0 · NaN in V must still
@@ -196,11 +203,12 @@ def pv_tile(pt, v_tile, visible, alpha, ot):
     lanes = panel // BLOCK_VECTORS
     width, rows = ot.shape
     one = pt.dtype.type(1.0)
+    alpha = alpha[start:]
     for c in range(width):
-        o_row = ot[c]
-        for i in range(rows):
+        o_row = ot[c, start:]
+        for i in range(rows - start):
             o_row[i] *= alpha[i]
-    for i0 in range(0, rows, panel):
+    for i0 in range(start, rows, panel):
         shared = visible[i0]  # keys that every query of the panel sees
         for c0 in range(0, width, BLOCK_ROWS):
             block[:] = 0
@@ -230,9 +238,15 @@ def task_order(task, n_heads, n_query_tiles):
     return task % n_heads, n_query_tiles - 1 - task // n_heads
 
 
+def query_tile_rows(fmt):
+    """Query rows per task for inputs of format ``fmt`` (``input_format``): TILE_Q, or
+    TILE_Q_HALF for the 16-bit formats."""
+    return TILE_Q_HALF if fmt else TILE_Q
+
+
 @njit(**INTERNAL)
-def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, dtype, fmt, out_fmt):
-    """out[i0 : i0 + TILE_Q] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
+def attend_query_tile(q, k, v, out, i0, tile_rows, offset, q_factor, log2_scale, dtype, fmt, out_fmt):
+    """out[i0 : i0 + tile_rows] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
     out (n_q, d_v).  Query i sees keys j < i + 1 + offset; the scores are
     (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax, all computed in
     ``dtype``.  q, k, v are of that type, or the uint16 bits of the 16-bit format fmt
@@ -242,7 +256,7 @@ def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, dtype, fmt
     each row rounded as it is stored (``narrow``)."""
     n_q, d = q.shape
     n_k, d_v = v.shape
-    n_rows = min(TILE_Q, n_q - i0)
+    n_rows = min(tile_rows, n_q - i0)
     # The last tile is cut to whole panels, so a short query (decoding, n_q = 1)
     # does not pay for a whole tile.
     panel = panel_width(dtype)
@@ -276,15 +290,18 @@ def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, dtype, fmt
         for r in range(rows):
             visible[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
         keys = visible[rows - 1]
+        # the panels from `start` on: the first that sees a key of this tile and after
+        # (qk_tile skips the others by itself)
+        start = min(rows, max(0, j0 - offset - i0)) // panel * panel
         keys_read, first_key = rows_in_compute_type(k, j0, keys, k_tile, fmt)
         qk_tile(qt, keys_read, first_key, visible, st)
         if visible[0] < keys:
-            mask_causal(st, visible, keys)
-        online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift)
+            mask_causal(st, visible, keys, start)
+        online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift)
         # The copy's padding columns (zeros) let the last register block of value
         # columns read whole rows, even when d_v is not a multiple of BLOCK_ROWS.
         widen_rows(v, j0, keys, v_tile, fmt)
-        pv_tile(st, v_tile, visible, alpha, ot)
+        pv_tile(st, v_tile, visible, start, alpha, ot)
     for r in range(n_rows):
         # A row that sees no key has O = 0 and gets zeros; one whose scores
         # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
@@ -315,6 +332,7 @@ CALL = np.dtype([
 def query_tile_task(dtype, out_dtype):
     stored, real, fmt = input_format(dtype)
     out_stored, out_fmt = output_format(dtype, out_dtype)
+    tile_rows = query_tile_rows(fmt)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def query_tile(call_address, task, worker):
@@ -322,8 +340,8 @@ def query_tile_task(dtype, out_dtype):
         q, k, v, out = call_arrays(call, stored, out_stored, stored)
         head, tile = task_order(task, call.heads, call.n_query_tiles)
         kv_head = head // call.group
-        attend_query_tile(q[head], k[kv_head, :call.n_k], v[kv_head, :call.n_k], out[head], tile * TILE_Q, call.offset,
-                          real(call.q_factor), real(call.log2_scale), real, fmt, out_fmt)
+        attend_query_tile(q[head], k[kv_head, :call.n_k], v[kv_head, :call.n_k], out[head], tile * tile_rows,
+                          tile_rows, call.offset, real(call.q_factor), real(call.log2_scale), real, fmt, out_fmt)
 
     return query_tile
 
@@ -339,7 +357,7 @@ def run(q, k, v, out, causal, scale):
     path, which reads each K/V head once for its whole group.  16-bit inputs and outputs
     go to compiled code as their bits (uint16 views)."""
     dtype = q.dtype
-    stored = input_format(dtype)[0]
+    stored, _, fmt = input_format(dtype)
     k, v, kv_rows = kv_layout(k, v)
     q, k, v = (a.view(stored) for a in (q, k, v))
     heads, n_q, d = q.shape
@@ -348,7 +366,7 @@ def run(q, k, v, out, causal, scale):
     if n_q <= SPLIT_KV_MAX_ROWS:
         rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype)
         return
-    n_query_tiles = -(-n_q // TILE_Q)
+    n_query_tiles = -(-n_q // query_tile_rows(fmt))
     call = np.array([(*map(address, (q, k, v, out)), heads, n_q, n_k, d, d_v, kv_heads, kv_rows,
                       heads // kv_heads, n_query_tiles, offset, q_factor, log2_scale)], CALL)
     parallel_for(heads * n_query_tiles, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
