@@ -27,6 +27,9 @@ supplies them and what they are built on:
   float16), passed as their bits (``input_format``), widened exactly to float32 where a
   kernel reads them, in loops LLVM vectorises (float16 by F16C's vcvtph2ps where Numba
   compiles for it: ``F16C``); the format is a compile-time constant.
+- ``narrow(x, fmt)``: the way back, float32 to a 16-bit output's bits (``output_format``),
+  rounded to nearest even as NumPy and ml_dtypes cast (float16 by F16C's vcvtps2ph where
+  Numba compiles for it), in code LLVM vectorises.
 - The shape of a register block (VECTOR_BYTES, BLOCK_ROWS, BLOCK_VECTORS) and the option
   sets for ``@njit`` and ``@overload`` (FASTMATH, OVERLOAD_OPTIONS, JIT_OPTIONS, INTERNAL).
 

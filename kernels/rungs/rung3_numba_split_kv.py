@@ -14,7 +14,8 @@ read are B_kv · n_k · (d + d_v) elements); extra memory O(B · n_k / SPLIT_KV_
 n_q · d_v) partials.  Same NaN/Inf and causal semantics as the tiled path.
 
 Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v), float32,
-float64, bfloat16 or float16 (out, partials float32 for these), validated by the caller;
+float64, bfloat16 or float16 (partials float32 for these, out float32 or of their own
+type), validated by the caller;
 B is batch and heads flattened, query head h reads K/V head h // (B / B_kv).  q and out
 are C-contiguous; a K/V head's rows are contiguous and the heads kv_rows rows apart
 (a KV cache's buffers with room to spare are read in place).
@@ -23,7 +24,8 @@ bfloat16 and float16 come as their bits (uint16) and are widened exactly to floa
 inside each task: the queries as they are scaled, keys and values KEY_BLOCK rows at a
 time into a scratch block (KEY_BLOCK x max(d, d_v) float32), each row once for all the
 group's rows; never a widened copy of the cache.  Everything after is float32, as for
-float32 inputs; only the output is rounded (by the API).  An int8 cache (``run`` with
+float32 inputs; an output of the 16-bit type is rounded (to nearest even, ``narrow``) as
+the merge stores it.  An int8 cache (``run`` with
 scales: q float32, k and v int8 with one float32 scale per row) is read the same way, a
 block of rows dequantised (scale · code, rounded once) into the scratch block: 1 byte
 per element and 4 per row read.  Cost: O(n_q · d + n_k · (d + d_v)) widening per K/V

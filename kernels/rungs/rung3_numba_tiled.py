@@ -46,27 +46,42 @@ the register-block shape (chosen for the CPU at import) and the JIT option sets 
 from ``rung3_numba_simd``, which explains how they work.
 
 Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v),
-float32, float64, bfloat16 or float16 (out float32 for these); B is batch and heads
+float32, float64, bfloat16 or float16 (out of the inputs' type, or float32 for the
+16-bit types: what a 16-bit KV cache's attention returns); B is batch and heads
 flattened, B_kv divides it (grouped-query attention: query head h reads K/V head
-h // (B / B_kv), in place; a (head, query tile) task reads its own K/V head's tiles).  A call under the pool's size for threads (``threads.threads_for``) runs on
-the calling thread alone.
+h // (B / B_kv), in place; a (head, query tile) task reads its own K/V head's tiles).
+A call under the pool's size for threads (``threads.threads_for``) runs on the calling
+thread alone.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
-extra memory O(threads · TILE_Q · (TILE_K + d + d_v)), independent of n: per-task
-scratch tiles only.
+extra memory O(threads · TILE_Q · (TILE_K + d + d_v)) (TILE_Q_HALF for 16-bit
+inputs), independent of n: per-task scratch tiles only.
 Causal: query i sees keys j <= i + (n_k - n_q).  Key tiles a query tile cannot see
-are skipped; on a tile crossing the diagonal a key a query does not see gets the
-score -inf and stays out of that query's P V, so that not even 0 · NaN reaches it.
-Tasks are handed out heaviest first (``task_order``).
+are skipped, and on a tile crossing the diagonal so are the panels of queries that
+see none of its keys (in the softmax and P V as in qk_tile); a key a query does not
+see gets the score -inf and stays out of that query's P V, so that not even 0 · NaN
+reaches it.  Tasks are handed out heaviest first (``task_order``).
 
 bfloat16 and float16: the inputs reach the tasks as their bits (uint16) and are widened
 to float32, exactly (``rung3_numba_simd.widen``), inside the tiles: Qᵀ as it is filled,
 the V tile as it is copied, and each key tile into a float32 scratch tile (TILE_K x d)
 that qk_tile reads (float32 and float64 keys are read in place, as before).  No
 widened copy of a whole input is made.  Scores, softmax, P and P·V are float32, as for
-float32 inputs; nothing is rounded to 16 bits here but the output, which the API rounds.
-Cost: the widening is O(TILE_Q · d + n_k · (d + d_v)) per query tile, beside its
-O(TILE_Q · n_k · (d + d_v)) products; one more scratch tile per task.  A 16-bit dtype
-gets its own compiled task, the format a constant in it.
+float32 inputs.  An output of the 16-bit type (``kernels.attention``) is written here,
+each value rounded to nearest even as its row is stored (``rung3_numba_simd.narrow``:
+NumPy's and ml_dtypes' casts of the float32 result, bit for bit), so that no pass over
+the output is left; a float32 output (``attention_unrounded``) is written as is.
+A 16-bit task takes TILE_Q_HALF = 288 queries, three times float32's: widening a key
+tile (4,096 values at d = 64, 0.1 ns each on the Zen 3 below) costs what the tile's
+scores, softmax and P·V cost for about 2 queries, so with float32's 96-query tiles the
+16-bit types ran 0.97-0.99x float32's speed; now each widened key and value tile
+serves three times the queries.  Measured on a 2-core AMD EPYC (Zen 3, AVX2,
+F16C), 8 heads, n = 4,096, d = 64, calls alternating in one process: SPEED_FIGURES.
+(float32 itself ran about 3% faster with 288-query tiles on that CPU too; its tile is
+left as it was chosen on AVX-512, where larger ones measured no faster.)
+Cost: the widening is O(TILE_Q_HALF · d + n_k · (d + d_v)) per query tile, beside its
+O(TILE_Q_HALF · n_k · (d + d_v)) products, and the rounding O(d_v) per query; one more
+scratch tile per task.  A 16-bit dtype gets its own compiled task, its format and its
+output's constants in it.
 
 Decoding (up to SPLIT_KV_MAX_ROWS = 4 queries per head) takes the split-KV path of
 ``rung3_numba_split_kv`` instead.
@@ -91,9 +106,10 @@ from .rung3_numba_split_kv import SPLIT_KV_MAX_ROWS
 # queries; AVX2: 24, 12).  Its Qᵀ, Sᵀ and Oᵀ tiles (24 KB each at d = 64, float32) and a
 # key tile stay near L1; larger tiles (144 rows, or TILE_K = 128) measured no faster.
 TILE_Q = 96
-# 16-bit inputs: twice the rows, so that each key tile widened into scratch (and each V tile
-# widened into its copy) serves twice the queries.  See the module docstring for what it bought.
-TILE_Q_HALF = 2 * TILE_Q
+# 16-bit inputs: three times the rows, so that each key tile widened into scratch (and each V
+# tile widened into its copy) serves three times the queries (the module docstring says what it
+# bought; 384 rows measured slower, their tiles spilling from L2).
+TILE_Q_HALF = 3 * TILE_Q
 TILE_K = 64  # keys per step of the online softmax (a multiple of BLOCK_ROWS)
 LOG2_E = 1.0 / math.log(2.0)
 
