@@ -74,10 +74,15 @@ A 16-bit task takes TILE_Q_HALF = 288 queries, three times float32's: widening a
 tile (4,096 values at d = 64, 0.1 ns each on the Zen 3 below) costs what the tile's
 scores, softmax and P·V cost for about 2 queries, so with float32's 96-query tiles the
 16-bit types ran 0.97-0.99x float32's speed; now each widened key and value tile
-serves three times the queries.  Measured on a 2-core AMD EPYC (Zen 3, AVX2,
-F16C), 8 heads, n = 4,096, d = 64, calls alternating in one process: SPEED_FIGURES.
-(float32 itself ran about 3% faster with 288-query tiles on that CPU too; its tile is
-left as it was chosen on AVX-512, where larger ones measured no faster.)
+serves three times the queries.  Measured on a 2-core AMD EPYC (Zen 3, AVX2, F16C),
+8 heads, n = 4,096, d = 64, 1 and 2 threads, the 16-bit and float32 calls alternating
+in one process (medians of 12 rounds' ratios, each pair of types and shapes in 2-4
+runs): bfloat16 and float16 ran at 0.94-1.0x float32's speed in full attention and
+0.91-0.99x causal when the API still rounded the output and the tiles were float32's;
+now 1.01-1.04x full and 1.00-1.03x causal, 0.97-0.99x in runs disturbed by other work
+on the machine (float32 and float64 themselves unchanged, within 1%).  (float32 ran
+2-3% faster with 288-query tiles on that CPU too; its tile is left as it was
+chosen on AVX-512, where larger ones measured no faster.)
 Cost: the widening is O(TILE_Q_HALF · d + n_k · (d + d_v)) per query tile, beside its
 O(TILE_Q_HALF · n_k · (d + d_v)) products, and the rounding O(d_v) per query; one more
 scratch tile per task.  A 16-bit dtype gets its own compiled task, its format and its
@@ -108,7 +113,7 @@ from .rung3_numba_split_kv import SPLIT_KV_MAX_ROWS
 TILE_Q = 96
 # 16-bit inputs: three times the rows, so that each key tile widened into scratch (and each V
 # tile widened into its copy) serves three times the queries (the module docstring says what it
-# bought; 384 rows measured slower, their tiles spilling from L2).
+# bought; 192 rows gained less, 384 measured slower than 288).
 TILE_Q_HALF = 3 * TILE_Q
 TILE_K = 64  # keys per step of the online softmax (a multiple of BLOCK_ROWS)
 LOG2_E = 1.0 / math.log(2.0)
