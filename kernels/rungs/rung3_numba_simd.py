@@ -426,10 +426,10 @@ def _narrow_overload(x, fmt):
     kept).  bfloat16 is float32's upper half: bits + 0x7fff + (the kept half's lowest
     bit), shifted right by 16, rounds to nearest even, a carry moving into the exponent
     (up to inf) as it should.  float16 in integers, by the magnitude a = bits & 0x7fffffff:
-    a NaN gives 0x7e00; a >= 65536 (the first float32 past float16's largest finite
-    number, 65504, and the tie at 65520, that rounds to inf) gives inf; a normal float16
-    (a >= 2**-14) rounds as bfloat16 does, at bit 13, after rebiasing the exponent (minus
-    112 << 23); a smaller one is added to 0.5, whose unit in the last place, 2**-24, is
+    a NaN gives 0x7e00; a >= 65536 gives inf; a normal float16 (2**-14 <= a < 65536)
+    rounds as bfloat16 does, at bit 13, after rebiasing the exponent (minus 112 << 23),
+    which takes the tie at 65520 above the largest finite float16, 65504, and all past
+    it up to inf; a smaller one is added to 0.5, whose unit in the last place, 2**-24, is
     float16's subnormal step, so that the FPU rounds it (to nearest even) and the low
     bits of the sum are float16's (0x400, the smallest normal, when it rounds up to it);
     then the sign bit OR-ed back.  Selects, in 32-bit integer lanes: LLVM vectorises a
