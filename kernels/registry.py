@@ -152,6 +152,7 @@ def _build():
             "kernels.rungs.rung3_numba_tiled",
             strided_kv=True,
             int8_cache=True,
+            writes_half=True,
         ),
         Kernel(
             "c_tiled",

@@ -31,7 +31,8 @@ def test_vector_width_follows_the_cpu_numba_compiles_for():
 @pytest.mark.parametrize("itemsize", (4, 8))
 def test_tiles_hold_whole_panels_and_blocks_at_either_width(itemsize):
     for vector_bytes in (32, 64):
-        assert numba_tiled.TILE_Q % (numba_simd.BLOCK_VECTORS * vector_bytes // itemsize) == 0
+        for tile_rows in (numba_tiled.TILE_Q, numba_tiled.TILE_Q_HALF):
+            assert tile_rows % (numba_simd.BLOCK_VECTORS * vector_bytes // itemsize) == 0
     for block_rows in (4, 8):
         assert numba_tiled.TILE_K % block_rows == 0
 

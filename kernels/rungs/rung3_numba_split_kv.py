@@ -14,7 +14,8 @@ read are B_kv · n_k · (d + d_v) elements); extra memory O(B · n_k / SPLIT_KV_
 n_q · d_v) partials.  Same NaN/Inf and causal semantics as the tiled path.
 
 Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v), float32,
-float64, bfloat16 or float16 (out, partials float32 for these), validated by the caller;
+float64, bfloat16 or float16 (partials float32 for these, out float32 or of their own
+type), validated by the caller;
 B is batch and heads flattened, query head h reads K/V head h // (B / B_kv).  q and out
 are C-contiguous; a K/V head's rows are contiguous and the heads kv_rows rows apart
 (a KV cache's buffers with room to spare are read in place).
@@ -23,7 +24,8 @@ bfloat16 and float16 come as their bits (uint16) and are widened exactly to floa
 inside each task: the queries as they are scaled, keys and values KEY_BLOCK rows at a
 time into a scratch block (KEY_BLOCK x max(d, d_v) float32), each row once for all the
 group's rows; never a widened copy of the cache.  Everything after is float32, as for
-float32 inputs; only the output is rounded (by the API).  An int8 cache (``run`` with
+float32 inputs; an output of the 16-bit type is rounded (to nearest even, ``narrow``) as
+the merge stores it.  An int8 cache (``run`` with
 scales: q float32, k and v int8 with one float32 scale per row) is read the same way, a
 block of rows dequantised (scale · code, rounded once) into the scratch block: 1 byte
 per element and 4 per row read.  Cost: O(n_q · d + n_k · (d + d_v)) widening per K/V
@@ -38,8 +40,8 @@ from numba.extending import overload
 
 from ..threads import address, parallel_for, threads_for
 from .rung3_numba_simd import (
-    INTERNAL, JIT_OPTIONS, OVERLOAD_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2, input_format,
-    prefer_wide_vectors, rows_in_compute_type, widen,
+    INTERNAL, JIT_OPTIONS, OVERLOAD_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2, input_format, narrow,
+    output_format, prefer_wide_vectors, rows_in_compute_type, widen,
 )
 
 # A query tile would pad a few queries to a whole panel (24 float32 rows) and leave the
@@ -213,13 +215,16 @@ def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2
 
 
 @njit(**INTERNAL)
-def merge_chunks(stats, acc, out_row, visible, log2_scale):
+def merge_chunks(stats, acc, out_row, visible, log2_scale, out_fmt):
     """out_row (d_v) of one query from the partials of its head's chunks, stats
     (n_chunks, 2) and acc (n_chunks, d_v) (attend_key_chunk):
         m = max m_c,  f_c = 2**((m_c - m) · log2_scale),
         out = (Σ f_c · acc_c) / (Σ f_c · l_c).
+    The sum is gathered in acc[0] (this query's own partial, not read again), so that
+    out_row, of acc's type (out_fmt AS_IS) or the uint16 bits of the 16-bit format
+    out_fmt, is written once, each value rounded as it is stored (``narrow``).
     visible: whether the query sees any key."""
-    dtype = out_row.dtype
+    dtype = acc.dtype
     neg_inf = dtype.type(-np.inf)
     zero = dtype.type(0.0)
     n_chunks, d_v = acc.shape
@@ -228,18 +233,21 @@ def merge_chunks(stats, acc, out_row, visible, log2_scale):
         m = max(m, stats[chunk, 0])  # never NaN: see attend_key_chunk
     # m = -inf: every chunk's m_c is -inf too and f_c = 0, not exp(-inf + inf) = NaN
     shift = zero if m == neg_inf else m
-    l = zero
-    out_row[:] = 0
-    for chunk in range(n_chunks):
+    total = acc[0]
+    factor = exp2((stats[0, 0] - shift) * log2_scale)
+    l = factor * stats[0, 1]
+    for c in range(d_v):
+        total[c] *= factor
+    for chunk in range(1, n_chunks):
         factor = exp2((stats[chunk, 0] - shift) * log2_scale)
         l += factor * stats[chunk, 1]
         for c in range(d_v):
-            out_row[c] += factor * acc[chunk, c]
+            total[c] += factor * acc[chunk, c]
     # as attend_query_tile: no key seen gives zeros; scores all -inf give l = 0,
     # so 0 · (1 / 0) = NaN, as the reference does
-    inv_l = 1 / l if visible else zero
+    inv_l = 1 / l if visible else zero  # float64: each output rounded to acc's type first
     for c in range(d_v):
-        out_row[c] *= inv_l
+        out_row[c] = narrow(dtype.type(total[c] * inv_l), out_fmt)
 
 
 @njit(inline="always", **JIT_OPTIONS)
@@ -286,19 +294,20 @@ def key_chunk_task(dtype, cache_dtype):
 
 
 @functools.cache
-def merge_task(dtype, cache_dtype):
+def merge_task(dtype, cache_dtype, out_dtype):
     stored, kv_stored, real, _ = _formats(dtype, cache_dtype)
+    out_stored, out_fmt = output_format(dtype, out_dtype)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def merge(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        _, _, _, out = call_arrays(call, stored, real, kv_stored)
+        _, _, _, out = call_arrays(call, stored, out_stored, kv_stored)
         stats, acc = call_partials(call, real)
         rows = call.group * call.n_q
         head, r = task // rows, task % rows
         i = r // call.group
         merge_chunks(stats[head, :, r], acc[head, :, r], out[head * call.group + r % call.group, i],
-                     i + 1 + call.offset > 0, real(call.log2_scale))
+                     i + 1 + call.offset > 0, real(call.log2_scale), out_fmt)
 
     return merge
 
@@ -323,11 +332,13 @@ def run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype, k_scales=Non
     kv_heads, n_k, d_v = v.shape
     group = heads // kv_heads
     n_chunks = -(-n_k // SPLIT_KV_CHUNK)
-    stats = np.empty((kv_heads, n_chunks, group * n_q, 2), out.dtype)
-    acc = np.empty((kv_heads, n_chunks, group * n_q, d_v), out.dtype)
+    real = input_format(dtype)[1]
+    stats = np.empty((kv_heads, n_chunks, group * n_q, 2), real)
+    acc = np.empty((kv_heads, n_chunks, group * n_q, d_v), real)
     scales = (0, 0) if k_scales is None else (address(k_scales), address(v_scales))
     call = np.array([(*map(address, (q, k, v, out, stats, acc)), *scales, heads, n_q, n_k, d, d_v,
                       kv_heads, kv_rows, group, n_chunks, offset, q_factor, log2_scale)], CALL)
     parallel_for(kv_heads * n_chunks, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
                  key_chunk_task(dtype, k.dtype), call)
-    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(dtype, k.dtype), call)
+    parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(dtype, k.dtype, out.dtype),
+                 call)

@@ -46,27 +46,47 @@ the register-block shape (chosen for the CPU at import) and the JIT option sets 
 from ``rung3_numba_simd``, which explains how they work.
 
 Shapes: q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) -> out (B, n_q, d_v),
-float32, float64, bfloat16 or float16 (out float32 for these); B is batch and heads
+float32, float64, bfloat16 or float16 (out of the inputs' type, or float32 for the
+16-bit types: what a 16-bit KV cache's attention returns); B is batch and heads
 flattened, B_kv divides it (grouped-query attention: query head h reads K/V head
-h // (B / B_kv), in place; a (head, query tile) task reads its own K/V head's tiles).  A call under the pool's size for threads (``threads.threads_for``) runs on
-the calling thread alone.
+h // (B / B_kv), in place; a (head, query tile) task reads its own K/V head's tiles).
+A call under the pool's size for threads (``threads.threads_for``) runs on the calling
+thread alone.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
-extra memory O(threads · TILE_Q · (TILE_K + d + d_v)), independent of n: per-task
-scratch tiles only.
+extra memory O(threads · TILE_Q · (TILE_K + d + d_v)) (TILE_Q_HALF for 16-bit
+inputs), independent of n: per-task scratch tiles only.
 Causal: query i sees keys j <= i + (n_k - n_q).  Key tiles a query tile cannot see
-are skipped; on a tile crossing the diagonal a key a query does not see gets the
-score -inf and stays out of that query's P V, so that not even 0 · NaN reaches it.
-Tasks are handed out heaviest first (``task_order``).
+are skipped, and on a tile crossing the diagonal so are the panels of queries that
+see none of its keys (in the softmax and P V as in qk_tile); a key a query does not
+see gets the score -inf and stays out of that query's P V, so that not even 0 · NaN
+reaches it.  Tasks are handed out heaviest first (``task_order``).
 
 bfloat16 and float16: the inputs reach the tasks as their bits (uint16) and are widened
 to float32, exactly (``rung3_numba_simd.widen``), inside the tiles: Qᵀ as it is filled,
 the V tile as it is copied, and each key tile into a float32 scratch tile (TILE_K x d)
 that qk_tile reads (float32 and float64 keys are read in place, as before).  No
 widened copy of a whole input is made.  Scores, softmax, P and P·V are float32, as for
-float32 inputs; nothing is rounded to 16 bits here but the output, which the API rounds.
-Cost: the widening is O(TILE_Q · d + n_k · (d + d_v)) per query tile, beside its
-O(TILE_Q · n_k · (d + d_v)) products; one more scratch tile per task.  A 16-bit dtype
-gets its own compiled task, the format a constant in it.
+float32 inputs.  An output of the 16-bit type (``kernels.attention``) is written here,
+each value rounded to nearest even as its row is stored (``rung3_numba_simd.narrow``:
+NumPy's and ml_dtypes' casts of the float32 result, bit for bit), so that no pass over
+the output is left; a float32 output (``attention_unrounded``) is written as is.
+A 16-bit task takes TILE_Q_HALF = 288 queries, three times float32's: widening a key
+tile (4,096 values at d = 64, 0.1 ns each on the Zen 3 below) costs what the tile's
+scores, softmax and P·V cost for about 2 queries, so with float32's 96-query tiles the
+16-bit types ran 0.97-0.99x float32's speed; now each widened key and value tile
+serves three times the queries.  Measured on a 2-core AMD EPYC (Zen 3, AVX2, F16C),
+8 heads, n = 4,096, d = 64, 1 and 2 threads, the 16-bit and float32 calls alternating
+in one process (medians of 12 rounds' ratios, each pair of types and shapes in 2-4
+runs): bfloat16 and float16 ran at 0.94-1.0x float32's speed in full attention and
+0.91-0.99x causal when the API still rounded the output and the tiles were float32's;
+now 1.01-1.04x full and 1.00-1.03x causal, 0.97-0.99x in runs disturbed by other work
+on the machine (float32 and float64 themselves unchanged, within 1%).  (float32 ran
+2-3% faster with 288-query tiles on that CPU too; its tile is left as it was
+chosen on AVX-512, where larger ones measured no faster.)
+Cost: the widening is O(TILE_Q_HALF · d + n_k · (d + d_v)) per query tile, beside its
+O(TILE_Q_HALF · n_k · (d + d_v)) products, and the rounding O(d_v) per query; one more
+scratch tile per task.  A 16-bit dtype gets its own compiled task, its format and its
+output's constants in it.
 
 Decoding (up to SPLIT_KV_MAX_ROWS = 4 queries per head) takes the split-KV path of
 ``rung3_numba_split_kv`` instead.
@@ -82,7 +102,8 @@ from ..threads import address, parallel_for, threads_for
 from . import rung3_numba_split_kv
 from .rung3_numba_simd import (
     BLOCK_ROWS, BLOCK_VECTORS, INTERNAL, JIT_OPTIONS, TASK, aligned_empty, call_arrays, exp2, fma_vector,
-    input_format, panel_width, prefer_wide_vectors, register_block, rows_in_compute_type, widen, widen_rows,
+    input_format, narrow, output_format, panel_width, prefer_wide_vectors, register_block, rows_in_compute_type,
+    widen, widen_rows,
 )
 from .rung3_numba_split_kv import SPLIT_KV_MAX_ROWS
 
@@ -90,6 +111,10 @@ from .rung3_numba_split_kv import SPLIT_KV_MAX_ROWS
 # queries; AVX2: 24, 12).  Its Qᵀ, Sᵀ and Oᵀ tiles (24 KB each at d = 64, float32) and a
 # key tile stay near L1; larger tiles (144 rows, or TILE_K = 128) measured no faster.
 TILE_Q = 96
+# 16-bit inputs: three times the rows, so that each key tile widened into scratch (and each V
+# tile widened into its copy) serves three times the queries (the module docstring says what it
+# bought; 192 rows gained less, 384 measured slower than 288).
+TILE_Q_HALF = 3 * TILE_Q
 TILE_K = 64  # keys per step of the online softmax (a multiple of BLOCK_ROWS)
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -129,20 +154,22 @@ def qk_tile(qt, k, j0, visible, st):
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
-def mask_causal(st, visible, keys):
-    """st[j, i] = -inf for the keys visible[i] <= j < keys that query i must not see."""
+def mask_causal(st, visible, keys, start):
+    """st[j, i] = -inf for the keys visible[i] <= j < keys that query i >= start must not see."""
     neg_inf = st.dtype.type(-np.inf)
-    for i in range(visible.size):
+    for i in range(start, visible.size):
         for j in range(visible[i], keys):
             st[j, i] = neg_inf
 
 
 @njit(**INTERNAL)
-def online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift):
+def online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift):
     """One online-softmax step over a tile of unscaled scores Sᵀ = K Qᵀ, in place.
 
     st (TILE_K, rows): its first ``keys`` rows become P = 2**((S - m_new) · log2_scale),
-    log2_scale > 0 (masked scores are -inf and give 0).  m, l (rows,) are the running
+    log2_scale > 0 (masked scores are -inf and give 0), for the queries i >= start: the
+    queries before it see none of the tile's keys (causal), and their state stands as
+    it is (for them the step would be alpha = 1, P = 0).  m, l (rows,) are the running
     max and sum; alpha (rows,) receives the factor that rescales what earlier tiles
     summed; m_new and shift (rows,) are scratch.  Every loop runs across queries,
     which LLVM vectorises.  Scaling after the max subtraction keeps large logits
@@ -152,17 +179,19 @@ def online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift):
     prefer_wide_vectors()  # LLVM vectorises these loops itself
     neg_inf = st.dtype.type(-np.inf)
     zero = st.dtype.type(0.0)
-    rows = m.size
-    for i in range(rows):
+    # Unsigned indices: Numba adds no negative-index fix-up to them, which for a loop
+    # starting at a run-time offset would keep LLVM from vectorising it (2.3x slower).
+    first, rows = np.uint64(start), np.uint64(m.size)
+    for i in range(first, rows):
         m_new[i] = m[i]
     for j in range(keys):
         s = st[j]
-        for i in range(rows):
+        for i in range(first, rows):
             # m_new = max(m, rowmax S); fmax skips a NaN score, which poisons the row
             # through P.  (Written as "s if s > m_new else m_new", the store back in
             # place became a masked store, microcoded on AMD CPUs: 3x slower.)
             m_new[i] = np.fmax(m_new[i], s[i])
-    for i in range(rows):
+    for i in range(first, rows):
         # While every score seen is -inf (m_new = -inf) shift by 0, so that P = 0
         # rather than exp(-inf + inf) = NaN.
         shift[i] = zero if m_new[i] == neg_inf else m_new[i]
@@ -172,18 +201,19 @@ def online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift):
         m[i] = m_new[i]
     for j in range(keys):
         s = st[j]
-        for i in range(rows):
+        for i in range(first, rows):
             p = exp2((s[i] - shift[i]) * log2_scale)
             s[i] = p
             l[i] += p
 
 
 @njit(**INTERNAL)
-def pv_tile(pt, v_tile, visible, alpha, ot):
+def pv_tile(pt, v_tile, visible, start, alpha, ot):
     """Oᵀ = alpha · Oᵀ + V_tileᵀ Pᵀ, query i summing over exactly its visible[i] keys.
 
     pt (TILE_K, rows) = Pᵀ; v_tile (TILE_K, width) the tile's values, zero-padded to
     width = d_v rounded up to BLOCK_ROWS; alpha, visible (rows,); ot (width, rows) = Oᵀ.
+    Only the queries i >= start (a multiple of the panel width), as online_softmax.
     A panel sums the keys all its queries see in register blocks; the few more that
     only its later queries see (a tile crossing the causal diagonal) are added query
     by query.  A key is never skipped for a small weight: 0 · NaN in V must still
@@ -197,9 +227,9 @@ def pv_tile(pt, v_tile, visible, alpha, ot):
     one = pt.dtype.type(1.0)
     for c in range(width):
         o_row = ot[c]
-        for i in range(rows):
+        for i in range(np.uint64(start), np.uint64(rows)):  # unsigned: see online_softmax
             o_row[i] *= alpha[i]
-    for i0 in range(0, rows, panel):
+    for i0 in range(start, rows, panel):
         shared = visible[i0]  # keys that every query of the panel sees
         for c0 in range(0, width, BLOCK_ROWS):
             block[:] = 0
@@ -229,18 +259,25 @@ def task_order(task, n_heads, n_query_tiles):
     return task % n_heads, n_query_tiles - 1 - task // n_heads
 
 
+def query_tile_rows(fmt):
+    """Query rows per task for inputs of format ``fmt`` (``input_format``): TILE_Q, or
+    TILE_Q_HALF for the 16-bit formats."""
+    return TILE_Q_HALF if fmt else TILE_Q
+
+
 @njit(**INTERNAL)
-def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, fmt):
-    """out[i0 : i0 + TILE_Q] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
+def attend_query_tile(q, k, v, out, i0, tile_rows, offset, q_factor, log2_scale, dtype, fmt, out_fmt):
+    """out[i0 : i0 + tile_rows] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
     out (n_q, d_v).  Query i sees keys j < i + 1 + offset; the scores are
-    (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax.  q, k, v are
-    of out's type, or the uint16 bits of the 16-bit format fmt (a literal), widened
-    as the tiles are filled: Qᵀ and the V tile as they are copied, each key tile
-    into a scratch tile that qk_tile reads (a float k is read in place)."""
+    (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax, all computed in
+    ``dtype``.  q, k, v are of that type, or the uint16 bits of the 16-bit format fmt
+    (a literal), widened as the tiles are filled: Qᵀ and the V tile as they are copied,
+    each key tile into a scratch tile that qk_tile reads (a float k is read in place).
+    out is of that type (out_fmt AS_IS) or the uint16 bits of the 16-bit format out_fmt,
+    each row rounded as it is stored (``narrow``)."""
     n_q, d = q.shape
     n_k, d_v = v.shape
-    dtype = out.dtype
-    n_rows = min(TILE_Q, n_q - i0)
+    n_rows = min(tile_rows, n_q - i0)
     # The last tile is cut to whole panels, so a short query (decoding, n_q = 1)
     # does not pay for a whole tile.
     panel = panel_width(dtype)
@@ -274,22 +311,26 @@ def attend_query_tile(q, k, v, out, i0, offset, q_factor, log2_scale, fmt):
         for r in range(rows):
             visible[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
         keys = visible[rows - 1]
+        # the panels from `start` on: the first that sees a key of this tile and after
+        # (qk_tile skips the others by itself)
+        start = min(rows, max(0, j0 - offset - i0)) // panel * panel
         keys_read, first_key = rows_in_compute_type(k, j0, keys, k_tile, fmt)
         qk_tile(qt, keys_read, first_key, visible, st)
         if visible[0] < keys:
-            mask_causal(st, visible, keys)
-        online_softmax(st, keys, log2_scale, m, l, alpha, m_new, shift)
+            mask_causal(st, visible, keys, start)
+        online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift)
         # The copy's padding columns (zeros) let the last register block of value
         # columns read whole rows, even when d_v is not a multiple of BLOCK_ROWS.
         widen_rows(v, j0, keys, v_tile, fmt)
-        pv_tile(st, v_tile, visible, alpha, ot)
+        pv_tile(st, v_tile, visible, start, alpha, ot)
     for r in range(n_rows):
         # A row that sees no key has O = 0 and gets zeros; one whose scores
         # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
+        # (1 / l is float64: each output is rounded to dtype, then to a 16-bit out_fmt.)
         sees_a_key = i0 + r + 1 + offset > 0
-        inv_l = 1 / l[r] if sees_a_key else dtype.type(0.0)
+        inv_l = 1 / l[r] if sees_a_key else dtype(0.0)
         for c in range(d_v):
-            out[i0 + r, c] = ot[c, r] * inv_l
+            out[i0 + r, c] = narrow(dtype(ot[c, r] * inv_l), out_fmt)
 
 
 # What a task needs of its call: the arrays' addresses and shapes and the call's
@@ -309,17 +350,19 @@ CALL = np.dtype([
 # (a closure over a dispatcher would be compiled anew in each); the format reaches
 # attend_query_tile as a literal, compiled into its own specialisation.
 @functools.cache
-def query_tile_task(dtype):
+def query_tile_task(dtype, out_dtype):
     stored, real, fmt = input_format(dtype)
+    out_stored, out_fmt = output_format(dtype, out_dtype)
+    tile_rows = query_tile_rows(fmt)
 
     @cfunc(TASK, **JIT_OPTIONS)
     def query_tile(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, out = call_arrays(call, stored, real, stored)
+        q, k, v, out = call_arrays(call, stored, out_stored, stored)
         head, tile = task_order(task, call.heads, call.n_query_tiles)
         kv_head = head // call.group
-        attend_query_tile(q[head], k[kv_head, :call.n_k], v[kv_head, :call.n_k], out[head], tile * TILE_Q, call.offset,
-                          real(call.q_factor), real(call.log2_scale), fmt)
+        attend_query_tile(q[head], k[kv_head, :call.n_k], v[kv_head, :call.n_k], out[head], tile * tile_rows,
+                          tile_rows, call.offset, real(call.q_factor), real(call.log2_scale), real, fmt, out_fmt)
 
     return query_tile
 
@@ -329,12 +372,13 @@ def run(q, k, v, out, causal, scale):
     (grouped-query attention: query head h reads K/V head h // (B / B_kv)) and C-contiguous
     rows, heads any whole number of rows apart (``api.kv_layout``: a KV cache's spare
     capacity is skipped, not copied); one dtype of ``kernels.dtypes``, already validated;
-    out (B, n_q, d_v) of its compute type.  Writes every element of out.  Up to
-    SPLIT_KV_MAX_ROWS queries per query head (decoding) take the split-KV path, which reads
-    each K/V head once for its whole group.  16-bit inputs go to compiled code as their
-    bits (uint16 views)."""
+    out (B, n_q, d_v) C-contiguous, of its compute type or, for 16-bit inputs, of their
+    own type, each row rounded to nearest even as it is stored.  Writes every element of
+    out.  Up to SPLIT_KV_MAX_ROWS queries per query head (decoding) take the split-KV
+    path, which reads each K/V head once for its whole group.  16-bit inputs and outputs
+    go to compiled code as their bits (uint16 views)."""
     dtype = q.dtype
-    stored = input_format(dtype)[0]
+    stored, _, fmt = input_format(dtype)
     k, v, kv_rows = kv_layout(k, v)
     q, k, v = (a.view(stored) for a in (q, k, v))
     heads, n_q, d = q.shape
@@ -343,11 +387,11 @@ def run(q, k, v, out, causal, scale):
     if n_q <= SPLIT_KV_MAX_ROWS:
         rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype)
         return
-    n_query_tiles = -(-n_q // TILE_Q)
+    n_query_tiles = -(-n_q // query_tile_rows(fmt))
     call = np.array([(*map(address, (q, k, v, out)), heads, n_q, n_k, d, d_v, kv_heads, kv_rows,
                       heads // kv_heads, n_query_tiles, offset, q_factor, log2_scale)], CALL)
     parallel_for(heads * n_query_tiles, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
-                 query_tile_task(dtype), call)
+                 query_tile_task(dtype, out.dtype), call)
 
 
 def run_int8(q, k, k_scales, v, v_scales, out, causal, scale):
