@@ -6,6 +6,7 @@ The tables are read as the C compiler sees them: a small program that includes t
 every row (a C compiler is all it takes, as for the sanitizer itself).
 """
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -170,20 +171,22 @@ def test_make_and_the_builder_read_one_list_of_sources(project_root, monkeypatch
     assert printed("--print-flags") == build_attention.COMPILE_ARGS
     # the Makefile asks the builder (and does not read its text)
     makefile = (project_root / "Makefile").read_text()
-    rules = makefile[makefile.index("SANITIZE_C ="):makefile.index("\nsanitize:")]
+    rules = makefile[makefile.index("SANITIZE_SOURCES ="):makefile.index("\nsanitize:")]
     assert "build_attention.py --print-sources" in rules
     assert "build_attention.py --print-flags" in rules
     assert "sed" not in rules and not re.search(r"\$\((shell )?cat|\$\(file", rules)
-    # and what make would compile is exactly those sources and flags
+    # and what make would compile is exactly those sources (each on its own, with those
+    # flags) and the driver, linked together in that order
     if not shutil.which("make"):
         pytest.skip("no make")
-    dry_run = subprocess.run(["make", "-n", "-W", "csrc/sanitize/check_attention.c",
-                              "build/sanitize/check_attention", f"PY={sys.executable}"],
+    dry_run = subprocess.run(["make", "-n", "-B", "build/sanitize/check_attention", f"PY={sys.executable}"],
                              cwd=project_root, check=True, capture_output=True, text=True)
-    compile_line = next(line for line in dry_run.stdout.splitlines()
-                        if "-o build/sanitize/check_attention" in line)
-    words = compile_line.split()
-    assert [w for w in words if w.endswith(".c")] == ["csrc/sanitize/check_attention.c",
-                                                     *build_attention.SOURCES]
-    flags = words[1:words.index("-g")]
-    assert flags == build_attention.COMPILE_ARGS
+    lines = dry_run.stdout.splitlines()
+    compiled = {line.split()[-1]: line.split() for line in lines if " -c -o build/sanitize/" in line}
+    assert set(compiled) >= {"csrc/sanitize/check_attention.c", *build_attention.SOURCES}
+    for words in compiled.values():
+        assert words[1:words.index("-g")] == build_attention.COMPILE_ARGS
+    link = next(line for line in lines if " -o build/sanitize/check_attention " in line)
+    assert [w for w in link.split() if w.endswith(".o")] == [
+        "build/sanitize/check_attention.o",
+        *(f"build/sanitize/{pathlib.Path(source).stem}.o" for source in build_attention.SOURCES)]
