@@ -79,6 +79,17 @@
 #else
 #define packed real
 #endif
+/* what pack_k and pack_v read: K and V themselves, each element converted as it is copied
+   (KV_ELEM_TO_REAL), or real rows (in place, or staged by KV_TO_REAL) */
+#ifdef KV_ELEM_TO_REAL
+#define packed_from kv_elem
+#define PACKED_VALUE(x) KV_ELEM_TO_REAL(x)
+#define KV_TILE_STAGED 0
+#else
+#define packed_from real
+#define PACKED_VALUE(x) (x)
+#define KV_TILE_STAGED KV_STAGED
+#endif
 
 /* Bytes of one output element: real's, or the inputs' 16-bit type's when the call rounds
    its rows (OUT_NARROW) */
@@ -156,8 +167,8 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
         cache_lines(PAIRED * ops->query_panel * KEY_CAP / 2 * sizeof(uint32_t)),   /* pt */
         cache_lines(sh->d_v * sizeof(real)),                               /* row */
         /* staging: a tile of Q, K or V converted to real (16-bit, int8), before it is packed */
-        cache_lines((size_t)(Q_STAGED * rows * sh->d > KV_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v)
-                             ? Q_STAGED * rows * sh->d : KV_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v))
+        cache_lines((size_t)(Q_STAGED * rows * sh->d > KV_TILE_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v)
+                             ? Q_STAGED * rows * sh->d : KV_TILE_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v))
                     * sizeof(real)),
     };
     size_t total = 0;
@@ -228,13 +239,13 @@ static void SUFFIX(pack_qt)(const real *q, int64_t rows, int64_t rows_pad, int64
    KEY_BLOCK keys side by side, so that a micro-kernel finds the keys it broadcasts at one
    address per step (in place, gcc's addressing of 8 key rows spilled registers); keys past
    the tile are zero, scored but never read. */
-static void SUFFIX(pack_k)(const real *k, int64_t keys, int64_t d, real *kp)
+static void SUFFIX(pack_k)(const packed_from *k, int64_t keys, int64_t d, real *kp)
 {
     for (int64_t j0 = 0; j0 < keys; j0 += KEY_BLOCK) {
         real *block = kp + j0 * d;
         for (int64_t i = 0; i < KEY_BLOCK; i++)
             for (int64_t p = 0; p < d; p++)
-                block[p * KEY_BLOCK + i] = j0 + i < keys ? k[(j0 + i) * d + p] : 0;
+                block[p * KEY_BLOCK + i] = j0 + i < keys ? PACKED_VALUE(k[(j0 + i) * d + p]) : 0;
     }
 }
 
@@ -243,14 +254,15 @@ static void SUFFIX(pack_k)(const real *k, int64_t keys, int64_t d, real *kp)
    a block's keys lie d_v apart, every one on its own cache line, and at d_v = 64 the key
    tile's lines pile into a quarter of L1's sets and evict each other between the panels
    that reuse them; packed, they stream (measured: 3-4% faster at n = 2048-4096, 1 thread). */
-static void SUFFIX(pack_v)(const real *v, int64_t keys, int64_t d_v, real *vp)
+static void SUFFIX(pack_v)(const packed_from *v, int64_t keys, int64_t d_v, real *vp)
 {
     const int64_t full = d_v / COL_BLOCK * COL_BLOCK;
     for (int64_t j = 0; j < keys; j++) {
         for (int64_t c0 = 0; c0 < full; c0 += COL_BLOCK)
-            memcpy(vp + c0 * KEY_CAP + j * COL_BLOCK, v + j * d_v + c0, COL_BLOCK * sizeof(real));
+            for (int64_t c = 0; c < COL_BLOCK; c++)
+                vp[c0 * KEY_CAP + j * COL_BLOCK + c] = PACKED_VALUE(v[j * d_v + c0 + c]);
         for (int64_t c = full; c < round_up(d_v, COL_BLOCK); c++)
-            vp[full * KEY_CAP + j * COL_BLOCK + c - full] = v[j * d_v + min_i64(c, d_v - 1)];
+            vp[full * KEY_CAP + j * COL_BLOCK + c - full] = PACKED_VALUE(v[j * d_v + min_i64(c, d_v - 1)]);
     }
 }
 #endif
@@ -367,6 +379,9 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
 #if PAIRED
         SUFFIX(pack_k_pairs)(k + j0 * d, keys, d, sc->kp);
         SUFFIX(pack_v_pairs)(v + j0 * d_v, keys, d_v, sc->vp);
+#elif defined(KV_ELEM_TO_REAL)
+        SUFFIX(pack_k)(k + j0 * d, keys, d, sc->kp);
+        SUFFIX(pack_v)(v + j0 * d_v, keys, d_v, sc->vp);
 #else
         SUFFIX(pack_k)(SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
         SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
@@ -726,3 +741,6 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
 #undef KV_STAGED
 #undef PAIRED
 #undef packed
+#undef packed_from
+#undef PACKED_VALUE
+#undef KV_TILE_STAGED
