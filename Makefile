@@ -30,6 +30,9 @@ comma := ,
 EDITABLE_WARNINGS := $(if $(PYTHONWARNINGS),$(PYTHONWARNINGS)$(comma))ignore:Editable installation
 $(VENV)/.installed peers: export PYTHONWARNINGS := $(EDITABLE_WARNINGS)
 $(VENV)/.installed: $(PY) $(SOURCES)
+	@# a module built by `python csrc/build_attention.py` (_attention_c.cpython-*.so) would
+	@# shadow the _attention_c.abi3.so this install builds from newer sources
+	rm -f kernels/_attention_c.*.so
 	$(PY) -m pip install --quiet -e ".[test,bench]"
 	@touch $@
 
