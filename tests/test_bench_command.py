@@ -44,10 +44,6 @@ class FakeAsv:
             self.calls.append(("calibrate", argv[3:], env))
             return 0
         assert argv[:3] == [sys.executable, "-m", "asv"], argv
-        if argv[3] == "machine":
-            assert quiet
-            self.calls.append(("machine", argv[3:], env))
-            return 0
         regex = argv[argv.index("--bench") + 1]
         if regex == "just-discover":
             self.calls.append(("discover", argv[3:], env))
@@ -91,6 +87,8 @@ def project(tmp_path, monkeypatch):
     def fake(**kwargs):
         asv = FakeAsv(tmp_path / ".asv" / "results", **kwargs)
         monkeypatch.setattr(bench_run, "run_command", asv)
+        monkeypatch.setattr(bench_run, "describe_machine",
+                            lambda name: asv.calls.append(("machine", ["--machine", name], None)))
         return asv
 
     return fake, reports
@@ -122,12 +120,27 @@ def test_asv_is_called_as_the_makefile_called_it(project, capsys):
     asv = fake()
     bench(asv, capsys)
     (_, machine, _), (_, discover, env), (_, calibrate, _), (name, run, class_env) = asv.calls[:4]
-    assert machine == ["machine", "--yes", "--machine", "testbox"]
+    assert machine == ["--machine", "testbox"]
     assert discover == ["run", "--python=same", "--machine", "testbox", "--bench", "just-discover"]
     assert env == class_env == {"ATTNBENCH_QUICK": "0"}
     assert name == "bench_attention.MemoryWall"
     assert run == ["run", "--python=same", "--machine", "testbox", "--set-commit-hash", COMMIT,
                    "--bench", r"^(?=bench_attention\.MemoryWall\.)(?=.*(?:))"]
+
+
+def test_the_machine_is_described_in_full_under_its_name(tmp_path, monkeypatch):
+    """The report's opening names the CPU, cores, RAM and OS from the machine.json asv copies
+    out of ~/.asv-machine.json: every field of asv's own description is stored, on a fresh
+    machine too, and the other machines there are kept."""
+    from asv.machine import Machine
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".asv-machine.json").write_text('{"other": {"machine": "other"}, "version": 1}')
+    bench_run.describe_machine("testbox")
+    stored = json.loads((tmp_path / ".asv-machine.json").read_text())
+    assert stored["testbox"] == {**Machine.get_defaults(), "machine": "testbox"}
+    assert set(Machine.get_defaults()) >= {"cpu", "num_cpu", "ram", "os", "arch"}
+    assert stored["other"] == {"machine": "other"}
 
 
 def test_the_machine_is_named_after_its_cpu_in_every_asv_command_and_the_report_keeps_it(project, capsys,

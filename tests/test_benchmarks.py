@@ -2,6 +2,7 @@
 import dataclasses
 import inspect
 import itertools
+import os
 import pathlib
 import shutil
 import subprocess
@@ -186,11 +187,12 @@ def test_asv_records_the_spread_of_a_track_benchmark_and_the_report_reads_it(tmp
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
                     "-m", "x"], cwd=tmp_path, check=True)
     asv = [str(pathlib.Path(sys.executable).parent / "asv"), "--config", str(tmp_path / "asv.conf.json")]
-    subprocess.run([*asv, "machine", "--yes", "--machine", "box"], cwd=tmp_path, check=True, capture_output=True)
-    # --machine: the one just described, whatever other machines ~/.asv-machine.json holds
-    # (make bench adds this CPU's name there)
+    # asv keeps its machines in ~/.asv-machine.json: a home of the test's own, not the user's
+    home = {**os.environ, "HOME": str(tmp_path)}
+    subprocess.run([*asv, "machine", "--yes", "--machine", "box"], cwd=tmp_path, check=True, capture_output=True,
+                   env=home)
     result = subprocess.run([*asv, "run", "--python=same", "--machine", "box", "--set-commit-hash", "HEAD"],
-                            cwd=tmp_path, capture_output=True, text=True)
+                            cwd=tmp_path, capture_output=True, text=True, env=home)
     assert result.returncode == 0, result.stdout + result.stderr
     run = load_latest_run(tmp_path / "results")
     ratio = run.value("bench_spread.track_ratio")
