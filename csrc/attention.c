@@ -126,6 +126,33 @@ static const struct isa_path {
 /* the selected path (one pointer, so a call reads one path's operations) */
 static const struct isa_path *active = &isa_paths[N_ISA_PATHS - 2];
 
+/* The int8 cache's integer dot products (int8_dot.c), best first; each SIMD path takes the
+   best unit the CPU runs, the generic path the generic unit (so that it stays what a CPU
+   without AVX2 runs). */
+static const struct int8_dot_ops *const int8_units[] = {
+    &int8_dot_avx512_vnni, &int8_dot_avx_vnni, &int8_dot_avx2, &int8_dot_generic,
+};
+#define N_INT8_UNITS (sizeof int8_units / sizeof int8_units[0])
+static const struct int8_dot_ops *active_int8 = &int8_dot_generic;
+
+static const struct int8_dot_ops *best_int8_unit(const struct isa_path *path)
+{
+    if (path->f32 == &tile_ops_generic_f32 || path->f32 == &tile_ops_emulated_f32)
+        return &int8_dot_generic;
+    for (size_t i = 0; i < N_INT8_UNITS; i++)
+        if (int8_units[i]->cpu_runs())
+            return int8_units[i];
+    return &int8_dot_generic;
+}
+
+static const struct int8_dot_ops *runnable_int8_unit(const char *name)
+{
+    for (size_t i = 0; i < N_INT8_UNITS; i++)
+        if (strcmp(name, int8_units[i]->unit) == 0)
+            return int8_units[i]->cpu_runs() ? int8_units[i] : NULL;
+    return NULL;
+}
+
 /* the path named so that the CPU runs, or NULL */
 static const struct isa_path *runnable_path(const char *name)
 {
@@ -148,12 +175,55 @@ int attn_select_isa(const char *name)
     if (!path)
         return -1;
     active = path;
+    active_int8 = best_int8_unit(path);
     return 0;
 }
 
 const char *attn_active_isa(void)
 {
     return active->name;
+}
+
+int attn_select_int8_dot(const char *unit)
+{
+    const struct int8_dot_ops *ops = runnable_int8_unit(unit);
+    if (!ops)
+        return -1;
+    active_int8 = ops;
+    return 0;
+}
+
+int64_t attn_decode_max_queries(void)
+{
+    return DECODE_MAX_QUERIES;
+}
+
+int attn_int8_dot_runs(const char *unit)
+{
+    return runnable_int8_unit(unit) != NULL;
+}
+
+const char *attn_int8_dot(void)
+{
+    return active_int8->unit;
+}
+
+int attn_int8_scores(const char *unit, const int8_t *k, const float *k_scale, int64_t keys, int64_t d,
+                     const float *q, int64_t rows, float scale, float *s, int64_t s_stride)
+{
+    const struct int8_dot_ops *ops = runnable_int8_unit(unit);
+    if (!ops || rows < 1 || rows > ROW_GROUP || keys < 1 || keys > ROW_KEYS_MAX
+        || s_stride < round_up(keys, ROW_KEY_PAD))
+        return -1;
+    const int64_t q_stride = round_up(d, INT8_DOT_PAD);
+    int8_t *codes = malloc((size_t)(rows * q_stride));
+    float q_scale[ROW_GROUP];
+    if (!codes)
+        return 1;
+    quantise_query_rows(q, rows, d, scale, codes, q_scale);
+    ops->qk_rows(k, k_scale, keys, d, codes, q_scale, rows, s, s_stride, read_ahead_of(NULL, 0));
+    free(codes);
+    return 0;
 }
 
 /* the bfloat16 dot-product instructions of the path named (tile_ops_bf16), over arrays */
@@ -274,6 +344,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define KV_TO_REAL(x, scale, row0, rows, width, y) \
     active->convert->widen_q8((x) + (row0) * (width), (scale) + (row0), rows, width, y)
 #define SUFFIX(name) name##_q8
+#define INT8_KEYS 1
 #define KV_ROW_OPS q8_rows
 #define KV_ROW_OPS_MAX_ROWS 8
 #include "flash_driver_template.h"

@@ -53,6 +53,21 @@ int attn_forward_q8(const float *q, const int8_t *k, const float *k_scale, const
 int attn_select_isa(const char *name);
 const char *attn_active_isa(void);   /* the name of the path selected */
 
+/* The int8 cache's integer dot products (tile_ops.h, struct int8_dot_ops): the unit the
+   selected path uses ("avx512-vnni", "avx-vnni", "avx2" or "generic"; attn_select_isa
+   picks the best the CPU runs), whether the CPU runs a unit (1 or 0), and another the CPU
+   runs, selected by name (-1 if it does not run it). attn_int8_scores, for the tests: s (rows, s_stride) = scale · q̃ · Kᵀ as a
+   decode step computes it with the unit named, q (rows, d) quantised as the step quantises
+   it; 1 <= rows <= 4, 1 <= keys <= 64, s_stride >= keys rounded up to 16; -1 if the CPU
+   does not run the unit or the sizes are out of range. */
+int attn_int8_dot_runs(const char *unit);
+/* query rows per head up to which a call decodes (the split-KV path; int8: quantised queries) */
+int64_t attn_decode_max_queries(void);
+int attn_select_int8_dot(const char *unit);
+const char *attn_int8_dot(void);
+int attn_int8_scores(const char *unit, const int8_t *k, const float *k_scale, int64_t keys, int64_t d,
+                     const float *q, int64_t rows, float scale, float *s, int64_t s_stride);
+
 /* AVX512-BF16's instructions over arrays, on the path named ("avx512-bf16" or
    "avx512-bf16-emulated"), so that the emulation can be held to the unit: attn_bf16_dot:
    acc[i] = vdpbf16ps of (acc[i], a[i], b[i]), a and b each two bfloat16 (the first in the

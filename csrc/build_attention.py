@@ -38,6 +38,7 @@ SOURCES = [
     "csrc/tile_ops_avx512_f64.c",
     "csrc/tile_ops_emulated.c",
     "csrc/convert.c",
+    "csrc/int8_dot.c",
 ]
 DEPENDS = [
     "csrc/attention.h",
@@ -49,6 +50,7 @@ DEPENDS = [
     "csrc/tile_ops_row_template.h",
     "csrc/tile_ops_bf16_dot.h",
     "csrc/tile_ops_exp.h",
+    "csrc/int8_dot_template.h",
 ]
 # IEEE semantics are part of the contract (NaN/Inf propagate, no flush-to-zero), so no
 # -ffast-math/-Ofast; no -march=native either: the AVX2 and AVX-512 code is chosen at run time.

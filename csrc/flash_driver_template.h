@@ -24,6 +24,10 @@
                             sum l over the rounded weights) and packed in pairs of keys for
                             P·V (pack_p); the split-KV path reads K and V in place through
                             KV_ROW_OPS with any number of rows (undefined at the end)
+     INT8_KEYS              optional, 1 for the int8 cache: the split-KV path quantises the
+                            step's query rows once (quantise_query_rows) and computes Q·Kᵀ as
+                            integer dot products (active_int8, struct int8_dot_ops), K never
+                            converted; the query tiles (prefill) stay float on dequantised K
      OUT_NARROW(x, n, y)    optional (the 16-bit types): y[i] = x[i] rounded to the inputs'
                             type, i < n (a struct convert_ops function), how a call asked to
                             round its output (struct shape's round_out) stores each row
@@ -72,6 +76,9 @@
 #endif
 #ifndef PAIRED
 #define PAIRED 0
+#endif
+#ifndef INT8_KEYS
+#define INT8_KEYS 0
 #endif
 /* the packed tiles' element type: real, or two bfloat16 in one word (PAIRED) */
 #if PAIRED
@@ -449,6 +456,7 @@ static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int
    into L2 as it goes; s (ROW_GROUP, DECODE_KEY_BLOCK) holds the scores, alpha (ROW_GROUP)
    the rescalings. */
 static void SUFFIX(attend_rows)(const TILE_OPS_T *ops, const struct shape *sh, real scale, const real *q,
+                                const int8_t *q_codes, const float *q_scale,
                                 const struct SUFFIX(kv) *kv, const real *k_rows, const real *v_rows,
                                 int64_t jb, int64_t keys, int64_t n, int64_t next_keys,
                                 int64_t part, int64_t parts, real *state, real *s, real *alpha)
@@ -461,14 +469,22 @@ static void SUFFIX(attend_rows)(const TILE_OPS_T *ops, const struct shape *sh, r
     const struct read_ahead k_ahead = SUFFIX(rows_ahead)(kv->k, d, jb + keys, next_keys, part, parts);
     const struct read_ahead v_ahead = SUFFIX(rows_ahead)(kv->v, d_v, jb + keys, next_keys, part, parts);
     /* S = scale · Q Kᵀ */
+#if INT8_KEYS
+    (void)q;
+    active_int8->qk_rows(kv->k + jb * d, kv->k_scale + jb, keys, d, q_codes, q_scale, n, s, DECODE_KEY_BLOCK,
+                         k_ahead);
+#else
+    (void)q_codes;
+    (void)q_scale;
+#endif
 #ifdef KV_ROW_OPS
     const struct row_ops_f32 *direct = &ops->KV_ROW_OPS;
-    if (!k_rows)
+    if (!k_rows && !INT8_KEYS)
         direct->qk_rows(kv->k + jb * d, kv->k_scale ? kv->k_scale + jb : NULL, keys, d, q, n, scale, s,
                         DECODE_KEY_BLOCK, k_ahead);
 #endif
 #if !PAIRED   /* (bfloat16 pairs are only ever read in place) */
-    if (k_rows)
+    if (k_rows && !INT8_KEYS)
         ops->qk_rows(k_rows, keys, d, q, n, scale, s, DECODE_KEY_BLOCK, k_ahead);
 #endif
     for (int64_t r = 0; r < n; r++)
@@ -510,6 +526,14 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
     const real *q_rows = SUFFIX(q_as_real)(q, rows * d, staging);
     real *k_staging = staging + Q_STAGED * rows * d;
     real *v_staging = k_staging + KV_STAGED * DECODE_KEY_BLOCK * d;
+    /* int8 keys: the rows' queries quantised once, for every block (tile_ops.h) */
+    int8_t *q_codes = NULL;
+    float *q_scale = NULL;
+#if INT8_KEYS
+    q_codes = (int8_t *)(v_staging + KV_STAGED * DECODE_KEY_BLOCK * d_v);
+    q_scale = (float *)(q_codes + rows * round_up(d, INT8_DOT_PAD));
+    quantise_query_rows(q_rows, rows, d, scale, q_codes, q_scale);
+#endif
     /* With KV_ROW_OPS and up to KV_ROW_OPS_MAX_ROWS query rows, K and V are read in place by
        row operations that convert each element as they load it (struct row_ops_f32), which
        spares storing the converted block and loading it back (measured, 2 threads, 8 heads
@@ -519,7 +543,7 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
        always read in place. */
     int direct = PAIRED;
 #ifdef KV_ROW_OPS
-    direct |= rows <= KV_ROW_OPS_MAX_ROWS && ops->KV_ROW_OPS.qk_rows;
+    direct |= rows <= KV_ROW_OPS_MAX_ROWS && ops->KV_ROW_OPS.pv_rows;
 #endif
     /* the keys the last query index sees, the most any row sees */
     const int64_t seen = min_i64(j1, visible_keys(sh, sh->n_q - 1));
@@ -532,7 +556,8 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
         (void)k_staging;
         (void)v_staging;
 #else
-        const real *k_rows = direct ? NULL : SUFFIX(kv_as_real)(kv->k, kv->k_scale, jb, block_end - jb, d, k_staging);
+        const real *k_rows = direct || INT8_KEYS ? NULL
+                           : SUFFIX(kv_as_real)(kv->k, kv->k_scale, jb, block_end - jb, d, k_staging);
         const real *v_rows = direct ? NULL : SUFFIX(kv_as_real)(kv->v, kv->v_scale, jb, block_end - jb, d_v, v_staging);
 #endif
         for (int64_t r = 0, n; r < rows; r += n) {
@@ -543,17 +568,22 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
                 if (min_i64(block_end, visible_keys(sh, (r + n) % sh->n_q)) - jb != keys)
                     break;
             if (keys > 0)
-                SUFFIX(attend_rows)(ops, sh, scale, q_rows + r * d, kv, k_rows, v_rows, jb, keys, n,
+                SUFFIX(attend_rows)(ops, sh, scale, q_rows + r * d,
+                                    q_codes ? q_codes + r * round_up(d, INT8_DOT_PAD) : NULL,
+                                    q_scale ? q_scale + r : NULL, kv, k_rows, v_rows, jb, keys, n,
                                     next_keys, min_i64(r / ROW_GROUP, parts - 1), parts, partial + r * stride,
                                     s, alpha);
         }
     }
 }
 
-/* The values attend_key_chunk's staging holds: 0 when Q, K and V are all real. */
+/* The values attend_key_chunk's staging holds: 0 when Q, K and V are all real (int8 keys:
+   the queries' codes and scales besides, in real's units). */
 static int64_t SUFFIX(decode_staging)(const struct shape *sh)
 {
-    return Q_STAGED * sh->group * sh->n_q * sh->d + KV_STAGED * DECODE_KEY_BLOCK * (sh->d + sh->d_v);
+    const int64_t rows = sh->group * sh->n_q;
+    return Q_STAGED * rows * sh->d + KV_STAGED * DECODE_KEY_BLOCK * (sh->d + sh->d_v)
+           + INT8_KEYS * rows * (round_up(sh->d, INT8_DOT_PAD) / (int64_t)sizeof(real) + 1);
 }
 
 /* row (d_v) of a row of query index i from the partial states of the chunks it sees
@@ -740,6 +770,7 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
 #undef Q_STAGED
 #undef KV_STAGED
 #undef PAIRED
+#undef INT8_KEYS
 #undef packed
 #undef packed_from
 #undef PACKED_VALUE

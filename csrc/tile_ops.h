@@ -237,7 +237,9 @@ static inline void read_ahead_step(struct read_ahead *ahead)
    float as it is loaded, exactly as struct convert_ops widens it, so the results are those
    of the float rows' operations on its output. The split-KV path reads the rows in
    place through them, as float32's: they spare the store of the converted rows and their
-   reload. NULL on the generic path, which converts into staging instead. */
+   reload. NULL on the generic path, which converts into staging instead. The int8 rows'
+   have pv_rows only (their keys are multiplied as integers: struct int8_dot_ops), which
+   folds each row's scale into the weights: (p · scale) · v. */
 struct row_ops_f32 {
     void (*qk_rows)(const void *k, const float *k_scale, int64_t keys, int64_t d, const float *q,
                     int64_t rows, float scale, float *s, int64_t s_stride, struct read_ahead ahead);
@@ -330,6 +332,55 @@ struct tile_ops_bf16 {
     void (*round_lanes)(const float *x, int64_t n, uint16_t *y);
 };
 
+/* Q·Kᵀ on an int8 cache's keys as integer dot products (int8_dot.c), one set per unit:
+   the query rows quantised to int8 once per decode step (quantise_query_rows: codes in
+   [-127, 127], zero-padded to a multiple of INT8_DOT_PAD, and one float scale per row, the
+   attention scale folded in), each score an exact integer sum Σ_c q_rc · k_jc, converted to
+   float (exact while |Σ| < 2^24, i.e. d <= 1040; else rounded once) and scaled:
+     s[r, j] = ((float)Σ_c q_rc · k_jc · k_scale[j]) · q_scale[r]   (two float32 roundings)
+   for 1 <= rows <= ROW_GROUP rows of codes (rows, round_up(d, INT8_DOT_PAD)) and keys rows
+   of K (keys, d); s as struct tile_ops_f32's qk_rows has it. Every unit gives the same
+   scores, bit for bit (integer sums are exact): "avx512-vnni" and "avx-vnni" by vpdpbusd,
+   "avx2" by vpmaddubsw and vpmaddwd (exactly vpdpbusd for operands within ±127: a pair of
+   products is at most 2 · 127² < 2^15, so vpmaddubsw never saturates), "generic" in C. */
+#define INT8_DOT_PAD 32
+struct int8_dot_ops {
+    const char *unit;
+    int (*cpu_runs)(void);
+    void (*qk_rows)(const int8_t *k, const float *k_scale, int64_t keys, int64_t d, const int8_t *q,
+                    const float *q_scale, int64_t rows, float *s, int64_t s_stride, struct read_ahead ahead);
+};
+
+/* codes (rows, round_up(d, INT8_DOT_PAD)) and q_scale (rows) of q (rows, d), as
+   kernels.cache_formats.quantise_int8 has them (bit for bit): t = max|q_r|, step = t / 127
+   (float32), code = q / step rounded to nearest even; q_scale = scale · step. A zero row
+   gets step 0 and codes 0; a row holding NaN or ±Inf the scale NaN (its scores NaN, as
+   float32 would make them). The rounding moves each query element by at most step / 2,
+   so a score by at most |scale| · step / 2 · Σ_c |k_jc| (k dequantised). */
+static inline void quantise_query_rows(const float *q, int64_t rows, int64_t d, float scale,
+                                       int8_t *codes, float *q_scale)
+{
+    const int64_t stride = round_up(d, INT8_DOT_PAD);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = q + r * d;
+        int8_t *c = codes + r * stride;
+        float top = 0;
+        int finite = 1;
+        for (int64_t i = 0; i < d; i++) {
+            finite &= isfinite(x[i]) != 0;
+            top = fabsf(x[i]) > top ? fabsf(x[i]) : top;
+        }
+        const float step = top / 127.0f;
+        memset(c, 0, (size_t)stride);
+        if (finite && step > 0)
+            for (int64_t i = 0; i < d; i++) {
+                const float code = nearbyintf(x[i] / step);
+                c[i] = (int8_t)(code > 127 ? 127 : code < -127 ? -127 : code);
+            }
+        q_scale[r] = finite ? scale * step : NAN;
+    }
+}
+
 /* Conversions between float and the other formats (convert.c), one set per ISA:
    widen_bf16, widen_f16: y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16
      or a float16: how the 16-bit entry points read their inputs, a tile at a time.
@@ -347,6 +398,7 @@ struct convert_ops {
 };
 
 extern const struct convert_ops convert_generic, convert_avx2, convert_avx512;
+extern const struct int8_dot_ops int8_dot_avx512_vnni, int8_dot_avx_vnni, int8_dot_avx2, int8_dot_generic;
 extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32, tile_ops_avx512_f32,
     tile_ops_emulated_f32;
 extern const struct tile_ops_bf16 tile_ops_avx512_bf16, tile_ops_emulated_bf16;

@@ -291,14 +291,14 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
 #define ROW_SCALED 0
 #define ROW_FN(name) name##_bf16
 #define ROW_LOAD(p) load_row_bf16(p)
-#define ROW_SCALAR(x, scale) bf16_to_f32(x)
+#define ROW_SCALAR(x) bf16_to_f32(x)
 #include "tile_ops_row_template.h"
 #undef ROW_FN
 #undef ROW_LOAD
 #undef ROW_SCALAR
 #define ROW_FN(name) name##_f16
 #define ROW_LOAD(p) load_row_f16(p)
-#define ROW_SCALAR(x, scale) f16_to_f32(x)
+#define ROW_SCALAR(x) f16_to_f32(x)
 #include "tile_ops_row_template.h"
 #undef ROW_FN
 #undef ROW_LOAD
@@ -309,7 +309,7 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
 #define ROW_SCALED 1
 #define ROW_FN(name) name##_q8
 #define ROW_LOAD(p) load_row_q8(p)
-#define ROW_SCALAR(x, scale) ((scale) * (real)(x))
+#define ROW_SCALAR(x) ((real)(x))
 #include "tile_ops_row_template.h"
 #undef ROW_FN
 #undef ROW_LOAD
@@ -338,6 +338,6 @@ const struct SUFFIX(tile_ops) TILE_OPS = {
 #ifdef ROW_FORMATS
     .bf16_rows = ROW_OPS_OF(bf16),
     .f16_rows = ROW_OPS_OF(f16),
-    .q8_rows = ROW_OPS_OF(q8),
+    .q8_rows = {.pv_rows = pv_rows_q8},   /* (int8 keys: int8_dot.c) */
 #endif
 };

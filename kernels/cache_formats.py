@@ -93,3 +93,13 @@ def quantise_int8(x, axis=-1):
     ratio = np.where(finite & (scales > 0), x / np.where(scales > 0, scales, 1), 0)
     codes = np.clip(np.rint(ratio), -INT8_LEVELS, INT8_LEVELS).astype(np.int8)
     return codes, np.squeeze(scales, axis)
+
+
+def decode_queries(q):
+    """The queries (..., d) as a decode step on an int8 cache multiplies its keys with them,
+    float64: each row's int8 codes times its step (``quantise_int8``, exact in float64).
+    c_tiled quantises a step's query rows once and computes Q·Kᵀ as integer dot products
+    (csrc/int8_dot.c); that moves a query element by at most step / 2 = max|q_row| / 254,
+    and a score by at most |scale| · max|q_row| / 254 · Σ_c |k_jc|."""
+    codes, steps = quantise_int8(q)
+    return codes.astype(np.float64) * steps.astype(np.float64)[..., None]

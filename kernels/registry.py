@@ -63,6 +63,8 @@ class Kernel:
     contiguous: bool = True           # needs C-contiguous inputs (copies otherwise)
     strided_kv: bool = False          # but reads k and v with any head stride (kv_layout)
     int8_cache: bool = False          # reads an int8 KV cache in place (run_int8)
+    int8_query_rows: int = 0          # and quantises the queries of calls of up to this many
+                                      # rows per head (decode steps) to int8 for integer Q·Kᵀ
     own_caches: tuple = ()            # cache formats a peer keeps in its own layout (cache_decoder)
     external: bool = False            # a peer baseline, not one of our rungs
     dtypes: tuple = float_types.NAMES  # taken: computed at their own precision (``probed`` ones: where measured so)
@@ -161,6 +163,7 @@ def _build():
             "kernels.rungs.rung4_c_tiled",
             strided_kv=True,
             int8_cache=True,
+            int8_query_rows=4,  # csrc/tiles.h DECODE_MAX_QUERIES (rung4_c_tiled.DECODE_MAX_QUERIES)
             writes_half=True,
         ),
     ]

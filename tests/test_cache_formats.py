@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kernels
-from kernels.cache_formats import FORMATS, INT8_LEVELS, cache_format, quantise_int8
+from kernels.cache_formats import FORMATS, INT8_LEVELS, cache_format, decode_queries, quantise_int8
 from kernels.harness import Case, compare, error_budget
 from kernels.reference import reference_attention
 
@@ -23,11 +23,14 @@ def tokens(n, kv_heads, seed=0):
             rng.standard_normal((kv_heads, n, HEAD_DIM_V), dtype=np.float32))
 
 
-def held_to(cache, q):
+def held_to(cache, q, kernel_name):
     """(inputs, dtype) a kernel attending ``cache`` is held to: the queries as the cache
-    passes them on (rounded to a 16-bit format), the keys and values as stored, the type
+    passes them on (rounded to a 16-bit format; quantised where the kernel multiplies int8
+    keys as integers: ``Kernel.int8_query_rows``), the keys and values as stored, the type
     whose budget applies (the 16-bit type's: its kernels may round P in it)."""
     fmt = cache.format
+    if fmt.scaled and q.shape[1] <= kernels.KERNELS[kernel_name].int8_query_rows:
+        q = decode_queries(q)
     if fmt.scaled or fmt.name == "float32":
         keys, values = cache.dequantised()
         return (q, keys, values), np.float32
@@ -35,7 +38,7 @@ def held_to(cache, q):
 
 
 def check_step(cache, q, out, kernel_name, label):
-    inputs, dtype = held_to(cache, q)
+    inputs, dtype = held_to(cache, q, kernel_name)
     ref = reference_attention(*inputs, causal=True)
     comparison = compare(out, ref, inputs[2], error_budget(CAUSAL, dtype, inputs, ref))
     assert comparison.ok, f"{kernel_name} {cache.format.name} {label}: {comparison}"

@@ -7,7 +7,9 @@
    type (float32, float64, and bfloat16 and float16, whose inputs the kernel widens to
    float32 or, on an AVX512-BF16 path, multiplies as bfloat16 pairs, each also with its output
    rounded to its own type, and the int8 KV cache, attn_forward_q8, whose K and V it
-   dequantises to float32), one thread and all of them, causal and not, over
+   dequantises to float32, but whose keys a decode call multiplies as integers by quantised
+   queries, on each integer dot-product unit the CPU runs: int8_units_of_path), one thread
+   and all of them, causal and not, over
      - the shapes of kernels/harness.py's CASES (batch and heads flattened into one batch;
        their memory layouts are the Python side's business: C always gets C order), from
        harness_cases.h, which `make sanitize` generates from them (harness_cases.py),
@@ -37,6 +39,7 @@
 #include <unistd.h>
 
 #include "attention.h"
+#include "tile_ops.h"         /* quantise_query_rows: the int8 cache's decode queries */
 #include "cases.h"           /* struct shape, KERNEL_EDGES, GROUPED_EDGES; tiles.h */
 #include "harness_cases.h"   /* HARNESS_CASES: generated from kernels.harness.CASES */
 
@@ -360,6 +363,21 @@ static struct buffer kv_input(const struct problem *pr, const double *x, int64_t
     return kernel_input(spread, typed_bytes(pr->t, elements));
 }
 
+/* x (rows, d) = the float32 queries q as a decode step on the int8 cache multiplies them
+   (tile_ops.h, quantise_query_rows): each row's codes times its step, exact in double */
+static void quantised_queries(const float *q, int64_t rows, int64_t d, double *x)
+{
+    const int64_t stride = round_up(d, INT8_DOT_PAD);
+    int8_t *codes = checked_malloc((size_t)(rows * stride));
+    float *steps = checked_malloc((size_t)rows * sizeof *steps);
+    quantise_query_rows(q, rows, d, 1.0f, codes, steps);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < d; c++)
+            x[r * d + c] = (double)codes[r * stride + c] * steps[r];
+    free(codes);
+    free(steps);
+}
+
 /* an int8 K or V's codes and scales, compact, as the kernel reads them (freed here) */
 static void int8_kv_input(const struct problem *pr, int8_t *codes, float *scales, int64_t cols,
                           struct buffer *codes_t, struct buffer *scales_t)
@@ -403,6 +421,8 @@ static struct problem make_problem(const struct shape *s, int64_t group, int64_t
         pr.k_t = kv_input(&pr, pr.k, s->d);
         pr.v_t = kv_input(&pr, pr.v, s->d_v);
     }
+    if (t == Q8 && s->n_q <= DECODE_MAX_QUERIES)
+        quantised_queries(pr.q_t.p, s->batch * s->n_q, s->d, pr.q);
     pr.ref = checked_malloc(pr.out_len * sizeof *pr.ref);
     reference(s, group, causal, pr.scale, pr.q, pr.k, pr.v, pr.ref);
     for (size_t i = 0; i < (size_t)(pr.kv_heads * s->n_k * s->d_v); i++)
@@ -422,7 +442,8 @@ static struct problem make_problem(const struct shape *s, int64_t group, int64_t
        job), and loose: the worst error seen is about 1% of it. A wrong index is off by
        O(max|v|); one leaked key moves a row by about max|v| / (the keys the row sees), which
        only the largest shapes here bring near the float32 tolerance, none near float64's.
-       (int8: the reference's K and V are the dequantised values the kernel computes with.) */
+       (int8: the reference's K and V are the dequantised values the kernel computes with,
+       and decoding, n_q <= DECODE_MAX_QUERIES, its q the quantised queries too.) */
     const double magnitude = pr.scale * max_row_norm(pr.q, s->batch * s->n_q, s->d)
                                       * max_row_norm(pr.k, pr.kv_heads * s->n_k, s->d);
     pr.tolerance = 4 * UNIT_ROUNDOFF[t] * ((s->d + 1) * magnitude + s->n_k + 8);
@@ -573,6 +594,24 @@ static double check_call(const struct problem *pr, int isa, int threads)
     return worst;
 }
 
+/* The int8 cache's integer dot-product units (csrc/int8_dot.c) a path is checked with: the
+   one it selects, and on a SIMD path every other SIMD unit the CPU runs (a CPU with VNNI
+   selects vpdpbusd, and its AVX2 sequence is checked too); their names in units, their
+   number returned. */
+static const char *const INT8_UNITS[] = {"avx512-vnni", "avx-vnni", "avx2"};
+#define N_INT8_UNITS (sizeof INT8_UNITS / sizeof INT8_UNITS[0] + 1)
+
+static int int8_units_of_path(const char **units)
+{
+    int n = 0;
+    units[n++] = attn_int8_dot();
+    if (strcmp(units[0], "generic") != 0)
+        for (size_t i = 0; i < N_INT8_UNITS - 1; i++)
+            if (attn_int8_dot_runs(INT8_UNITS[i]) && strcmp(INT8_UNITS[i], units[0]) != 0)
+                units[n++] = INT8_UNITS[i];
+    return n;
+}
+
 /* One shape, causal and not, at every type, on every available ISA and thread count; group
    query heads per K/V head, the K/V heads n_k + kv_spare rows apart. */
 static void check_shape(const struct shape *s, int64_t group, int64_t kv_spare, uint64_t seed)
@@ -587,12 +626,18 @@ static void check_shape(const struct shape *s, int64_t group, int64_t kv_spare, 
                 if (!isa_available[isa] || !isa_runs_type(isa, t))
                     continue;
                 attn_select_isa(ISAS[isa]);
-                for (int ti = 0; ti < 2; ti++) {
-                    struct tally *tally = &tallies[isa][t][ti];
-                    const double worst = check_call(&pr, isa, thread_counts[ti]);
-                    tally->calls[s->n_q > DECODE_MAX_QUERIES][flops >= PARALLEL_MIN_FLOPS]++;
-                    if (!(worst <= tally->worst))
-                        tally->worst = worst;
+                const char *units[N_INT8_UNITS];
+                const int n_units = t == Q8 ? int8_units_of_path(units) : 1;
+                for (int u = 0; u < n_units; u++) {
+                    if (t == Q8)
+                        attn_select_int8_dot(units[u]);
+                    for (int ti = 0; ti < 2; ti++) {
+                        struct tally *tally = &tallies[isa][t][ti];
+                        const double worst = check_call(&pr, isa, thread_counts[ti]);
+                        tally->calls[s->n_q > DECODE_MAX_QUERIES][flops >= PARALLEL_MIN_FLOPS]++;
+                        if (!(worst <= tally->worst))
+                            tally->worst = worst;
+                    }
                 }
             }
             free_problem(&pr);
@@ -603,8 +648,13 @@ int main(void)
 {
     for (int isa = 0; isa < N_ISAS; isa++) {
         isa_available[isa] = attn_select_isa(ISAS[isa]) == 0;
-        if (isa_available[isa])
-            printf("ISA %s: runs as \"%s\"\n", ISAS[isa], attn_active_isa());
+        if (isa_available[isa]) {
+            const char *units[N_INT8_UNITS];
+            const int n_units = int8_units_of_path(units);
+            printf("ISA %s: runs as \"%s\"; int8 keys by", ISAS[isa], attn_active_isa());
+            for (int u = 0; u < n_units; u++)
+                printf(" %s%s", units[u], u + 1 < n_units ? "," : "\n");
+        }
         else
             printf("ISA %s: skipped, attn_select_isa rejects it (not built, or not on this CPU)\n",
                    ISAS[isa]);

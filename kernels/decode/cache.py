@@ -28,7 +28,10 @@ How the kernels read it: ``numba_tiled`` and ``c_tiled`` read every format in pl
 widening (or dequantising) a block of rows at a time inside their inner loops, never a
 widened copy of the cache; a 16-bit cache is attended by the kernels' 16-bit path, its
 new queries rounded to the cache's type too (as engines with such caches do: one type
-in, float32 accumulation inside), the result left in float32.  ``numpy`` and ``naive``
+in, float32 accumulation inside), the result left in float32.  On an int8 cache
+``c_tiled`` quantises a step's queries to int8 too (per row, as the cache's rows) and
+multiplies them with the keys as integers (``kernels.cache_formats.decode_queries``):
+a score moves by at most |scale| · max|q_row| / 254 · Σ_c |k_jc| more.  ``numpy`` and ``naive``
 widen the whole cache first (O(n·d) more bytes, which their times show).
 
 The buffers are preallocated and doubled when full, so appending costs amortised O(d)

@@ -58,20 +58,27 @@ CPU as "avx512-bf16-emulated", every instruction emulated in portable C (slowly)
 its tiles are checked where the unit is missing; tests/test_c_bf16_dot.py holds the
 emulation to the instruction reference and, where the unit exists, to the unit.
 int8 KV cache (``run_int8``): k and v int8 with one float32 scale per row (token and K/V
-head), key j = k_scale[j] · k[j] rounded once to float32; q and out float32.  Read in
-place, 1 byte per element plus 4 bytes per row of scales, a quarter of float32's bytes
-at d = 64 (plus 3%), never dequantised as a whole: decoding, the row operations convert
-each element as they load it (vpmovsxbd, vcvtdq2ps, a multiply by the row's scale) when a
-K/V head has up to 4 query rows (the 16-bit types always: vcvtph2ps, or a shift); with
-more (8 query heads on one K/V head, say), each block of 64 rows is dequantised once into
-per-thread scratch for all of them, and the query-tile path dequantises each key tile as
-it packs it.  The float32 operations then run unchanged, so the result is bit
-for bit float32's on the dequantised cache (a NaN scale makes its row NaN).
-Measured (2-core AMD EPYC, AVX2, 2 threads, one query, 8 query heads, d = 64,
-n_k = 65536, medians of 30 calls): float32 with 8 K/V heads 17 ms (268 MB at 16 GB/s),
-with 2 K/V heads 4.5 ms (3.8x); float16 with 8 K/V heads 8.6 ms (2.0x); int8 with 8 K/V
-heads 5.3 ms (3.2x), with 2 K/V heads 3.7 ms (4.6x float32's 8): bound there by its
-conversions and products (36 GFLOP/s, a fifth of the FMA peak), not by the 18 MB read.
+head), key j = k_scale[j] · k[j]; q and out float32.  Read in place, 1 byte per element
+plus 4 bytes per row of scales, a quarter of float32's bytes at d = 64 (plus 3%), never
+dequantised as a whole.  Decoding (up to ``DECODE_MAX_QUERIES`` query rows per head), the
+step's query rows are quantised once, as the cache quantises a row (codes in ±127, one
+step max|q_row| / 127 each), and Q·Kᵀ is a pure integer dot product per score
+(csrc/int8_dot.c: vpdpbusd on AVX512-VNNI or AVX-VNNI, vpmaddubsw/vpmaddwd on AVX2,
+C otherwise; ``int8_dot``), the key's scale and the query's applied once per score after
+the exact sum; a score moves by at most |scale| · max|q_row| / 254 · Σ_c |k_jc| (k
+dequantised), and the step computes float32's result on the quantised queries
+(``kernels.cache_formats.decode_queries``).  The values are converted as they are loaded
+(vpmovsxbd, vcvtdq2ps), their scales folded into the softmax weights (one multiply per
+key and row) when a K/V head has up to 8 query rows; with more, each block of 64 value rows
+is dequantised once into per-thread scratch.  The query-tile path (prefill) dequantises
+each key and value tile as it packs it and is float32's on the dequantised cache, bit for
+bit.  A NaN scale makes its rows NaN.
+Measured (2-core AMD EPYC Zen 3, AVX2, 2 threads, one query, 8 query heads, d = 64,
+n_k = 65,536, side by side in one process): the integer keys over the dequantising
+ones 1.07x with 8 K/V heads, 1.06x with 2; the int8 step with 2 K/V heads stays bound by
+arithmetic there (its 4 query rows per K/V head make 8 multiply-adds per cached byte,
+beyond what 2 FMA units and 8 int16 lanes of vpmaddubsw keep up with at 10 GB/s a core),
+at about a third of the streaming read; with 8 K/V heads (1 row each) about 0.8 of it.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal); decoding is bound
 by the bytes read, B_kv · n_k · (d + d_v) elements (int8: plus 8 bytes of scales a row);
 extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
@@ -98,6 +105,10 @@ except ImportError as missing:  # not built, or built for another interpreter
 
 # the names isa() reports, and "auto"
 ISA_NAMES = ("auto", "avx512-bf16", "avx512", "avx2-fma", "generic", "avx512-bf16-emulated")
+# the int8 cache's integer dot-product units, best first (csrc/int8_dot.c)
+INT8_DOT_UNITS = ("avx512-vnni", "avx-vnni", "avx2", "generic")
+# query rows per head up to which a call decodes (split-KV; an int8 cache's queries quantised)
+DECODE_MAX_QUERIES = int(lib.attn_decode_max_queries())
 
 # dtype -> (the C entry point, its input pointer type, the dtype computed in), from the dtype
 # table (looked up by dtype: dtype.name is Python code, microseconds a call)
@@ -206,3 +217,44 @@ def has_bf16_dot(name=None):
     """Whether the SIMD path ``name`` (default: the active one) multiplies bfloat16 by a
     dot-product instruction (vdpbf16ps, or its emulation) rather than widening it."""
     return (name or isa()).startswith("avx512-bf16")
+
+
+def int8_dot():
+    """The unit computing the int8 cache's Q·Kᵀ when decoding: "avx512-vnni" (vpdpbusd),
+    "avx-vnni" (the same, VEX-encoded), "avx2" (vpmaddubsw, vpmaddwd) or "generic" (C);
+    ``use_isa`` picks the best the CPU runs (the generic path: "generic")."""
+    return ffi.string(lib.attn_int8_dot()).decode()
+
+
+def int8_dot_runs(unit):
+    """Whether this CPU runs the integer dot-product unit ``unit`` (``INT8_DOT_UNITS``)."""
+    if unit not in INT8_DOT_UNITS:
+        raise ValueError(f"unknown int8 dot-product unit {unit!r}; expected one of {', '.join(INT8_DOT_UNITS)}")
+    return bool(lib.attn_int8_dot_runs(unit.encode()))
+
+
+def use_int8_dot(unit):
+    """Select the integer dot-product unit by name, one the CPU runs (until the next ``use_isa``)."""
+    if not int8_dot_runs(unit):
+        raise ValueError(f"int8 dot-product unit {unit!r} is not supported by this CPU")
+    lib.attn_select_int8_dot(unit.encode())
+
+
+def int8_scores(unit, k, k_scale, q, scale):
+    """A decode step's scores as ``unit`` computes them, for the tests: q (rows, d) float32,
+    1 <= rows <= 4, quantised as the step quantises it; k (keys, d) int8 codes with k_scale
+    (keys,) float32, 1 <= keys <= 64 -> s (rows, keys) float32 (csrc/attention.h,
+    attn_int8_scores)."""
+    q, k, k_scale = (np.ascontiguousarray(x, t) for x, t in ((q, np.float32), (k, np.int8), (k_scale, np.float32)))
+    rows, d = q.shape
+    keys = k.shape[0]
+    stride = -(-keys // 16) * 16
+    s = np.empty((rows, stride), np.float32)
+    status = lib.attn_int8_scores(unit.encode(), ffi.cast("int8_t *", ffi.from_buffer(k)),
+                                  ffi.cast("float *", ffi.from_buffer(k_scale)), keys, d,
+                                  ffi.cast("float *", ffi.from_buffer(q)), rows, scale,
+                                  ffi.cast("float *", ffi.from_buffer(s, require_writable=True)), stride)
+    if status != 0:
+        raise ValueError(f"int8 dot-product unit {unit!r}: not run by this CPU, or rows={rows}, keys={keys} "
+                         f"out of range (1-4, 1-64)")
+    return s[:, :keys]

@@ -1,0 +1,109 @@
+/* One SIMD unit's qk_rows for struct int8_dot_ops (int8_dot.c says why and how): a
+   template without include guards, included once per unit with
+     UNIT(name)      the names of its functions
+     TARGET_ISA      the target attribute's string
+     DPBUSD(a, u, s) a + the sums of 4 products u · s (u unsigned, s signed bytes) per lane
+   Each step takes 8 / R keys and meets each 32 bytes of a key row loaded with the R query
+   rows (|k| once, k's sign on each row's codes), 8 / R · R int32 accumulators, reduced
+   together into one vector of 8 sums, converted and scaled by 8 lanes at a time. */
+#define INLINE_UNIT static inline __attribute__((always_inline, target(TARGET_ISA)))
+#ifndef UNROLL
+#define UNROLL _Pragma("GCC unroll 16")
+#endif
+
+/* lane i: the sum of acc[i]'s lanes, for 8 vectors (a transposed reduction) */
+INLINE_UNIT __m256i UNIT(hsums)(const __m256i *acc)
+{
+    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[4], acc[5]), _mm256_hadd_epi32(acc[6], acc[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* acc[i * R + r] += the products of 32 bytes of key i (x[i]) and of row r's codes (y[r]) */
+INLINE_UNIT void UNIT(dot_step)(__m256i *acc, const __m256i *x, const __m256i *y, const int step, const int R)
+{
+    UNROLL
+    for (int i = 0; i < step; i++) {
+        const __m256i u = _mm256_abs_epi8(x[i]);
+        UNROLL
+        for (int r = 0; r < R; r++)
+            acc[i * R + r] = DPBUSD(acc[i * R + r], u, _mm256_sign_epi8(y[r], x[i]));
+    }
+}
+
+INLINE_UNIT void UNIT(qk_rows_of)(const int8_t *k, const float *k_scale, int64_t keys, int64_t d,
+                                  const int8_t *q, const float *q_scale, float *s, int64_t s_stride,
+                                  struct read_ahead *ahead, const int R)
+{
+    const int step = 8 / R;   /* keys per step; lane i * R + r: key i, row r */
+    const int64_t q_stride = round_up(d, INT8_DOT_PAD), full = d / 32 * 32;
+    read_ahead_spread(ahead, ceil_div(keys, step));
+    /* lane l's query scale and the key (of the step) whose scale it takes */
+    float lane_q_scale[8] = {0};
+    int32_t lane_key[8];
+    for (int l = 0; l < 8; l++) {
+        lane_q_scale[l] = l < step * R ? q_scale[l % R] : 0;
+        lane_key[l] = l < step * R ? l / R : 0;
+    }
+    const __m256 qs = _mm256_loadu_ps(lane_q_scale);
+    const __m256i key_of_lane = _mm256_loadu_si256((const __m256i *)lane_key);
+    for (int64_t j = 0; j < keys; j += step) {
+        read_ahead_step(ahead);
+        /* past the last key, repeat it: those sums are computed but not stored */
+        const int8_t *k_rows[8];
+        for (int i = 0; i < step; i++)
+            k_rows[i] = k + min_i64(j + i, keys - 1) * d;
+        __m256i acc[8], x[8], y[ROW_GROUP];
+        for (int i = 0; i < 8; i++)
+            acc[i] = _mm256_setzero_si256();
+        for (int64_t c = 0; c < full; c += 32) {
+            UNROLL
+            for (int r = 0; r < R; r++)
+                y[r] = _mm256_loadu_si256((const __m256i *)(q + r * q_stride + c));
+            UNROLL
+            for (int i = 0; i < step; i++)
+                x[i] = _mm256_loadu_si256((const __m256i *)(k_rows[i] + c));
+            UNIT(dot_step)(acc, x, y, step, R);
+        }
+        if (full < d) {
+            int8_t tail[8][32];
+            for (int r = 0; r < R; r++)
+                y[r] = _mm256_loadu_si256((const __m256i *)(q + r * q_stride + full));
+            for (int i = 0; i < step; i++) {
+                memset(tail[i], 0, 32);
+                memcpy(tail[i], k_rows[i] + full, (size_t)(d - full));
+                x[i] = _mm256_loadu_si256((const __m256i *)tail[i]);
+            }
+            UNIT(dot_step)(acc, x, y, step, R);
+        }
+        /* the step's key scales, lane l taking key lane_key[l]'s (masked: no read past keys) */
+        const int64_t here = min_i64(step, keys - j);
+        const __m256i present = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)here), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 ks = _mm256_permutevar8x32_ps(_mm256_maskload_ps(k_scale + j, present), key_of_lane);
+        const __m256 scores = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(UNIT(hsums)(acc)), ks), qs);
+        if (R == 1) {   /* 8 keys' scores (those past keys land in s's padding) */
+            _mm256_storeu_ps(s + j, scores);
+            continue;
+        }
+        float sums[8];
+        _mm256_storeu_ps(sums, scores);
+        for (int i = 0; i < here; i++)
+            for (int r = 0; r < R; r++)
+                s[r * s_stride + j + i] = sums[i * R + r];
+    }
+}
+
+static __attribute__((target(TARGET_ISA))) void UNIT(qk_rows)(const int8_t *k, const float *k_scale, int64_t keys,
+                                                              int64_t d, const int8_t *q, const float *q_scale,
+                                                              int64_t rows, float *s, int64_t s_stride,
+                                                              struct read_ahead ahead)
+{
+    switch (rows) {
+    case 1: UNIT(qk_rows_of)(k, k_scale, keys, d, q, q_scale, s, s_stride, &ahead, 1); break;
+    case 2: UNIT(qk_rows_of)(k, k_scale, keys, d, q, q_scale, s, s_stride, &ahead, 2); break;
+    case 3: UNIT(qk_rows_of)(k, k_scale, keys, d, q, q_scale, s, s_stride, &ahead, 3); break;
+    default: UNIT(qk_rows_of)(k, k_scale, keys, d, q, q_scale, s, s_stride, &ahead, 4); break;
+    }
+}
+
+#undef INLINE_UNIT

@@ -1,0 +1,149 @@
+"""The int8 cache's integer dot products (csrc/int8_dot.c): a decode step quantises its query
+rows once and computes Q·Kᵀ as exact integer sums, on every unit the CPU runs.
+
+Each unit's scores are held bit for bit to an exact model: the queries quantised by
+``kernels.cache_formats.quantise_int8`` (the same float32 operations), the sums in int64
+(exact), then ((float32) sum · k_scale) · (scale · step), two float32 roundings.  Integer
+sums are exact, so every unit gives the same scores: vpdpbusd ("avx512-vnni", "avx-vnni")
+and the AVX2 sequence (vpmaddubsw never saturates for operands within ±127: a pair of
+products is at most 2 · 127² < 2^15) alike; a unit this CPU lacks skips, saying so.
+
+The error that quantising the query adds is bounded (tile_ops.h): a query element moves by
+at most step / 2 = max|q_row| / 254, so a score by at most |scale| · step / 2 · Σ_c |k_jc|;
+the decode output is then float32's on the quantised queries (the reference below reads
+``decode_queries``).
+"""
+import numpy as np
+import pytest
+
+from kernels.cache_formats import decode_queries, quantise_int8
+from kernels.rungs import rung4_c_tiled as c_tiled
+
+UNITS = c_tiled.INT8_DOT_UNITS
+NEEDS = {"avx512-vnni": "AVX512-VNNI (vpdpbusd)", "avx-vnni": "AVX-VNNI (vpdpbusd)", "avx2": "AVX2"}
+
+
+@pytest.fixture(params=UNITS)
+def unit(request):
+    if not c_tiled.int8_dot_runs(request.param):
+        pytest.skip(f"this CPU has no {NEEDS[request.param]}")
+    return request.param
+
+
+def model(k, k_scale, q, scale):
+    """The scores a step computes, exactly: s (rows, keys) float32."""
+    codes, steps = quantise_int8(q)
+    sums = codes.astype(np.int64) @ k.astype(np.int64).T
+    return (sums.astype(np.float32) * k_scale[None, :]) * (np.float32(scale) * steps)[:, None]
+
+
+def draw(rng, rows, keys, d):
+    q = rng.standard_normal((rows, d)).astype(np.float32)
+    k = rng.integers(-127, 128, (keys, d), dtype=np.int8)
+    k_scale = rng.uniform(0.001, 0.03, keys).astype(np.float32)
+    return q, k, k_scale
+
+
+@pytest.mark.parametrize("d", (1, 12, 31, 32, 33, 64, 65, 128, 200))
+@pytest.mark.parametrize("keys", (1, 7, 8, 9, 64))
+def test_every_unit_gives_the_exact_scores(unit, d, keys):
+    rng = np.random.default_rng(d * 100 + keys)
+    for rows in (1, 2, 3, 4):
+        q, k, k_scale = draw(rng, rows, keys, d)
+        np.testing.assert_array_equal(c_tiled.int8_scores(unit, k, k_scale, q, 0.125), model(k, k_scale, q, 0.125),
+                                      err_msg=f"{unit} rows={rows}")
+
+
+def test_extreme_codes_sum_exactly_without_saturating(unit):
+    """Every product at ±127², all of one sign or alternating, over d = 1040 (the largest
+    sum still exact in float32: 1040 · 127² < 2^24) and past it (rounded once)."""
+    for d in (64, 1040, 1100):
+        q = np.full((4, d), 1.0, np.float32)
+        q[1] = -1.0
+        q[2, ::2] = -1.0
+        q[3, 0] = 1e-30   # codes 0 but one, which is 127
+        k = np.full((3, d), 127, np.int8)
+        k[1] = -127
+        k[2, 1::2] = -127
+        k_scale = np.ones(3, np.float32)
+        np.testing.assert_array_equal(c_tiled.int8_scores(unit, k, k_scale, q, 1.0), model(k, k_scale, q, 1.0))
+
+
+def test_nonfinite_and_zero_rows(unit):
+    """A query row holding NaN or Inf scores NaN against every key; a zero row 0 (NaN against
+    a key whose scale is NaN, as 0 · NaN is); a key with a NaN scale scores NaN for every row."""
+    rng = np.random.default_rng(7)
+    q, k, k_scale = draw(rng, 4, 9, 40)
+    q[0, 3], q[1, 5] = np.nan, np.inf
+    q[2] = 0
+    k_scale[4] = np.nan
+    s = c_tiled.int8_scores(unit, k, k_scale, q, 0.5)
+    assert np.isnan(s[:2]).all()
+    assert np.isnan(s[2:, 4]).all()
+    assert (s[2, np.arange(9) != 4] == 0).all() and np.isfinite(s[3, np.arange(9) != 4]).all()
+    np.testing.assert_array_equal(s, model(k, k_scale, q, 0.5))
+
+
+@pytest.mark.parametrize("spike", (1.0, 30.0), ids=("even", "one large element"))
+def test_the_error_of_quantising_the_query_is_within_its_bound(unit, spike):
+    """|s − scale · q · k̂ᵀ| <= |scale| · step / 2 · Σ_c |k̂_jc| (the bound), plus two float32
+    roundings of |s| and the sum's conversion (d · 127² < 2^24 here: exact); the error is a
+    real one (at least a tenth of the bound somewhere), not zero."""
+    rng = np.random.default_rng(3)
+    q, k, k_scale = draw(rng, 4, 64, 64)
+    q[:, 0] *= spike
+    scale = 0.125
+    k_float = k.astype(np.float64) * k_scale.astype(np.float64)[:, None]
+    exact = scale * q.astype(np.float64) @ k_float.T
+    step = np.abs(q).max(axis=1).astype(np.float64) / 127
+    bound = scale * step[:, None] / 2 * np.abs(k_float).sum(axis=1)[None, :]
+    s = c_tiled.int8_scores(unit, k, k_scale, q, scale).astype(np.float64)
+    error = np.abs(s - exact)
+    assert (error <= bound + 2 * 2.0**-24 * np.abs(s)).all(), (error / bound).max()
+    assert (error / bound).max() > 0.1
+
+
+def test_the_queries_decoded_are_codes_times_steps():
+    q = np.array([[0.5, -1.0, 0.25, 0.0]], np.float32)
+    step = np.float64(np.float32(1) / np.float32(127))   # max|q| / 127, in float32
+    np.testing.assert_array_equal(decode_queries(q), np.array([[64, -127, 32, 0]]) * step)
+
+
+@pytest.mark.parametrize("kv_heads", (8, 2, 1))
+@pytest.mark.parametrize("n_q", (1, 3))
+def test_a_decode_step_is_float32_on_the_quantised_queries_with_each_unit(unit, kv_heads, n_q):
+    """The whole step (c_tiled.run_int8, split-KV) with the unit selected, against the float64
+    reference on the quantised queries and the dequantised cache: float32's tolerance
+    (tests/test_c_grouped.py's), not the query's quantisation error, hundreds of times larger."""
+    from tests.test_c_grouped import assert_matches, make_call, reference, tolerance
+
+    group = 8 // kv_heads
+    args, out, (_, k, v) = make_call("int8", group, n_q, 1000, 64, 64, seed=kv_heads + n_q)
+    q = args[0]
+    c_tiled.use_int8_dot(unit)
+    try:
+        for causal in (False, True):
+            c_tiled.run_int8(*args, out, causal, 0.125)
+            assert_matches(out, reference(decode_queries(q), k, v, causal, 0.125), v,
+                           tolerance("int8", 1000, 64), f"{unit} causal={causal}")
+            unquantised = reference(q, k, v, causal, 0.125)
+            assert np.abs(out - unquantised).max() > 100 * tolerance("int8", 1000, 64)
+    finally:
+        c_tiled.use_isa("auto")
+
+
+def test_units_not_on_this_cpu_are_refused_and_the_best_is_chosen():
+    runs = [u for u in UNITS if c_tiled.int8_dot_runs(u)]
+    assert runs[-1] == "generic"
+    assert c_tiled.int8_dot() == runs[0] if c_tiled.isa() != "generic" else c_tiled.int8_dot() == "generic"
+    for missing in set(UNITS) - set(runs):
+        with pytest.raises(ValueError, match="not supported by this CPU"):
+            c_tiled.use_int8_dot(missing)
+    with pytest.raises(ValueError, match="unknown int8 dot-product unit"):
+        c_tiled.int8_dot_runs("sse")
+
+
+def test_the_registry_knows_which_calls_quantise_their_queries():
+    import kernels
+
+    assert kernels.KERNELS["c_tiled"].int8_query_rows == c_tiled.DECODE_MAX_QUERIES
