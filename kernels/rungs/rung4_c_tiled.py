@@ -74,11 +74,14 @@ is dequantised once into per-thread scratch.  The query-tile path (prefill) dequ
 each key and value tile as it packs it and is float32's on the dequantised cache, bit for
 bit.  A NaN scale makes its rows NaN.
 Measured (2-core AMD EPYC Zen 3, AVX2, 2 threads, one query, 8 query heads, d = 64,
-n_k = 65,536, side by side in one process): the integer keys over the dequantising
-ones 1.07x with 8 K/V heads, 1.06x with 2; the int8 step with 2 K/V heads stays bound by
-arithmetic there (its 4 query rows per K/V head make 8 multiply-adds per cached byte,
-beyond what 2 FMA units and 8 int16 lanes of vpmaddubsw keep up with at 10 GB/s a core),
-at about a third of the streaming read; with 8 K/V heads (1 row each) about 0.8 of it.
+n_k = 65,536, medians of 40 calls, three processes of each build in turn): the integer
+keys with the value scales folded into the weights over the dequantising step 1.15x with
+8 K/V heads (4.7 -> 4.1 ms), 1.3x with 2 (3.3 -> 2.4 ms).  The step with 2 K/V heads
+stays bound by arithmetic there, at about a third of the streaming read: its 4 query rows
+per K/V head make 8 multiply-adds per cached byte, 80 G a second per core at 10 GB/s,
+beyond the 16 per cycle of 2 FMA units (P·V) and what vpmaddubsw and vpmaddwd sustain
+(Q·Kᵀ: about 7 cycles per key and row at d = 64, measured by rdtsc); with 8 K/V heads
+(1 row each) it reads at about 0.8 of the streaming read.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal); decoding is bound
 by the bytes read, B_kv · n_k · (d + d_v) elements (int8: plus 8 bytes of scales a row);
 extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
