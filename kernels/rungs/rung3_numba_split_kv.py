@@ -26,11 +26,15 @@ time into a scratch block (KEY_BLOCK x max(d, d_v) float32), each row once for a
 group's rows; never a widened copy of the cache.  Everything after is float32, as for
 float32 inputs; an output of the 16-bit type is rounded (to nearest even, ``narrow``) as
 the merge stores it.  An int8 cache (``run`` with
-scales: q float32, k and v int8 with one float32 scale per row) is read the same way, a
-block of rows dequantised (scale · code, rounded once) into the scratch block: 1 byte
-per element and 4 per row read.  Cost: O(n_q · d + n_k · (d + d_v)) widening per K/V
-head, beside its O(group · n_q · n_k · (d + d_v)) products; with one query the two are of
-one order (decoding is memory-bound), but the rows read are half or a quarter as wide.
+scales: q float32, k and v int8 with one float32 scale per row) is read in place too, 1
+byte per element and 4 per row, a block of codes widened (exactly) into the scratch
+block, each row's scale applied once per score and weight (``fold_scales``): each score is
+k_scale · (q · codes), each weight p · v_scale.  (Integer dot products, as c_tiled's, ran
+at half the float ones' speed here: LLVM's vectoriser multiplies int8 as int32 lanes,
+10.3 ns a key and query row against 5.2, one thread, in L1.)  Cost: O(n_q · d + n_k ·
+(d + d_v)) widening per K/V head, beside its O(group · n_q · n_k · (d + d_v)) products;
+with one query the two are of one order (decoding is memory-bound), but the rows read are
+half or a quarter as wide.
 """
 import functools
 
@@ -62,82 +66,47 @@ CALL = np.dtype([
 ])
 
 
-def cache_rows(src, scales, first, count, scratch, fmt):
+def cache_rows(src, first, count, scratch, fmt):
     """(rows, start), rows[start + j] = src[first + j] in the compute type for j < count:
-    ``rows_in_compute_type``'s, or an int8 src's rows dequantised into scratch,
-    scales[first + j] · src[first + j], each product rounded once to float32 (as
-    ``CacheFormat.decode`` and c_tiled round it)."""
+    ``rows_in_compute_type``'s, or an int8 src's codes widened into scratch (exact; their
+    scales apply once per score or weight: ``fold_scales``)."""
     raise NotImplementedError("cache_rows is only callable from jitted code")
 
 
 @overload(cache_rows, prefer_literal=True, jit_options=OVERLOAD_OPTIONS)
-def _cache_rows_overload(src, scales, first, count, scratch, fmt):
+def _cache_rows_overload(src, first, count, scratch, fmt):
     if src.dtype != types.int8:
-        return lambda src, scales, first, count, scratch, fmt: rows_in_compute_type(src, first, count, scratch, fmt)
+        return lambda src, first, count, scratch, fmt: rows_in_compute_type(src, first, count, scratch, fmt)
 
-    def dequantised(src, scales, first, count, scratch, fmt):
+    def widened(src, first, count, scratch, fmt):
         prefer_wide_vectors()
         for j in range(count):
-            row, wide, factor = src[first + j], scratch[j], scales[first + j]
+            row, wide = src[first + j], scratch[j]
             for c in range(src.shape[1]):
-                wide[c] = np.float32(row[c]) * factor
+                wide[c] = np.float32(row[c])
         return scratch, 0
 
-    return dequantised
+    return widened
 
 
 @njit(**INTERNAL)
-def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2_scale, stats, acc, fmt):
-    """One split-KV task: every query of one K/V head's group against its keys j0 <= j < j1.
-
-    q (group, n_q, d): the group's query heads; k (n_k, d), v (n_k, d_v); query i sees keys
-    j < i + 1 + offset.  The group's rows are taken query by query, row r = i · group + h
-    (query i of head h), so that what a row sees never shrinks as r grows.
-    q, k, v are of acc's type, read in place, or the uint16 bits of the 16-bit format
-    fmt (a literal), or (fmt INT8) q in acc's type and k, v int8 with one scale per row
-    (k_scales (n_k,), v_scales; empty otherwise): q widened as it is scaled, K and V a block
-    of KEY_BLOCK rows at a time into a scratch block, each row widened once for all rows.
-    Writes, per row, the chunk's max m and sum l of P = 2**((S - m) · log2_scale)
-    into stats (rows, 2), and the un-normalised acc (rows, d_v) = P V.  A row that sees
-    none of the chunk gets m = -inf, l = 0, acc = 0; keys past its limit never enter.
-    Each key and value row is read once, for all rows; the loops over d and d_v
-    are the ones LLVM vectorises.
-    """
-    group, n_q, d = q.shape
-    n_rows = group * n_q
-    d_v = v.shape[1]
-    dtype = acc.dtype
-    neg_inf = dtype.type(-np.inf)
-    zero = dtype.type(0.0)
-    # scratch: the scaled queries (q_factor · q) and this chunk's scores, then P
-    scratch = np.empty((n_rows, d + SPLIT_KV_CHUNK), dtype)
-    # 16-bit or int8 inputs: a block of keys or values widened (nothing for a float type)
-    block = np.empty((KEY_BLOCK if fmt else 0, max(d, d_v)), dtype)
-    visible = np.empty(n_rows, np.int64)
-    for r in range(n_rows):
-        i = r // group
-        visible[r] = min(j1, max(j0, i + 1 + offset)) - j0  # non-decreasing in r
-        for c in range(d):
-            scratch[r, c] = widen(q[r % group, i, c], fmt) * q_factor
-    keys = visible[n_rows - 1]
-    # Key j is seen by the rows first_row[j] ... n_rows - 1 (visible is non-decreasing), so
-    # both products loop over exactly those rows.  (A test "j < visible[r]" around the
-    # loop over d kept LLVM from vectorising it: 3x slower.)
-    first_row = np.empty(keys, np.int64)
-    first = 0
-    for j in range(keys):
-        while visible[first] <= j:
-            first += 1
-        first_row[j] = first
+def chunk_scores(scratch, k, j0, keys, first_row, block, fmt):
+    """scratch[r, d + j] = the score of key j0 + j for the rows that see it (r >= first_row[j],
+    j < keys) from the scaled queries scratch[:, :d], the keys widened a block at a time
+    (an int8 cache's codes unscaled: fold_scales applies their scales to the sums)."""
+    n_rows = scratch.shape[0]
+    d = k.shape[1]
+    zero = scratch.dtype.type(0.0)
     # S = (q_factor · Q) K_chunkᵀ for the rows that see each key, four keys at a time: one
     # dot product alone is a chain of dependent adds (latency-bound), four are independent
-    # chains that share q's loads (float16 and int8 caches, 8 query heads, n_k = 65,536,
-    # 2 threads: 1.1x faster; float32's step is bound by its bytes either way).  A row that sees the first of four keys but not the last
-    # gets scores past its limit too: they are never read (the softmax and P V stop at
-    # visible[r]), and the keys exist (they are below `keys`, what the last row sees).
+    # chains that share q's loads (float16 caches, 8 query heads, n_k = 65,536, 2 threads:
+    # 1.1x faster; float32's step is bound by its bytes either way).  A row that sees the
+    # first of four keys but not the last gets scores past its limit too: they are never
+    # read (the softmax and P V stop at visible[r]), and the keys exist (they are below
+    # `keys`, what the last row sees).
     for b in range(0, keys, KEY_BLOCK):
         end = min(b + KEY_BLOCK, keys)
-        rows, start = cache_rows(k, k_scales, j0 + b, end - b, block, fmt)
+        rows, start = cache_rows(k, j0 + b, end - b, block, fmt)
         j = b
         while j + 4 <= end:
             k0, k1, k2, k3 = rows[start + j - b], rows[start + j - b + 1], rows[start + j - b + 2], rows[start + j - b + 3]
@@ -163,11 +132,61 @@ def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2
                 for c in range(d):
                     s += q_row[c] * k_row[c]
                 scratch[r, d + j] = s
-    # m = rowmax S (fmax skips a NaN score, which poisons the row through P),
-    # P = 2**((S - m) · log2_scale), l = rowsum P; shift by 0 while m = -inf, as
-    # online_softmax does, so that P = 0 rather than NaN
+
+
+
+def fold_scales(scratch, first, visible, scales, j0, fmt):
+    """An int8 cache's row scales, key j0 + j's into its column of scratch[:, first:] for the
+    rows that see it, X[r, j] *= scales[j0 + j] for j < visible[r]: the keys' into the
+    scores (scale · Σ q · code), the values' into the weights P, so that the products
+    read each code widened, unscaled: a multiply per key and row, not per element; nothing
+    for other formats.  Compiled code only."""
+    raise NotImplementedError("fold_scales is only callable from jitted code")
+
+
+@overload(fold_scales, prefer_literal=True, jit_options=OVERLOAD_OPTIONS)
+def _fold_scales_overload(scratch, first, visible, scales, j0, fmt):
+    if getattr(fmt, "literal_value", None) != INT8:
+        return lambda scratch, first, visible, scales, j0, fmt: None
+
+    def fold(scratch, first, visible, scales, j0, fmt):
+        for r in range(visible.size):
+            row = scratch[r, first:first + visible[r]]
+            for j in range(visible[r]):
+                row[j] *= scales[j0 + j]
+
+    return fold
+
+
+@njit(**INTERNAL)
+def visible_rows(n_rows, group, j0, j1, offset):
+    """(visible, first_row): the keys of [j0, j1) each row r = i · group + h sees, visible[r]
+    (non-decreasing in r), and the first row that sees each key j0 + j, first_row[j]."""
+    visible = np.empty(n_rows, np.int64)
     for r in range(n_rows):
-        p_row = scratch[r, d : d + visible[r]]
+        visible[r] = min(j1, max(j0, r // group + 1 + offset)) - j0
+    first_row = np.empty(visible[n_rows - 1], np.int64)
+    first = 0
+    for j in range(first_row.size):
+        while visible[first] <= j:
+            first += 1
+        first_row[j] = first
+    return visible, first_row
+
+
+@njit(**INTERNAL)
+def chunk_softmax(scratch, first, visible, log2_scale, stats, acc):
+    """Per row r, over its scores scratch[r, first:first + visible[r]]: m = their max (fmax
+    skips a NaN score, which poisons the row through P), P = 2**((S - m) · log2_scale) in
+    place, l = Σ P into stats[r] = (m, l); acc[r] = 0.  The shift is 0 while m = -inf, as
+    online_softmax does, so that P = 0 rather than NaN.  (scratch whole and C-contiguous:
+    a row of the slice scratch[:, first:] has no known stride, and LLVM left its loops
+    scalar: 8.6 ns a key and row, 1.7 here, one thread, in L1.)"""
+    dtype = acc.dtype
+    neg_inf = dtype.type(-np.inf)
+    zero = dtype.type(0.0)
+    for r in range(visible.size):
+        p_row = scratch[r, first:first + visible[r]]
         m = neg_inf
         for j in range(visible[r]):
             m = np.fmax(m, p_row[j])
@@ -180,6 +199,47 @@ def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2
         stats[r, 0] = m
         stats[r, 1] = l
         acc[r, :] = 0
+
+
+@njit(**INTERNAL)
+def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2_scale, stats, acc, fmt):
+    """One split-KV task: every query of one K/V head's group against its keys j0 <= j < j1.
+
+    q (group, n_q, d): the group's query heads; k (n_k, d), v (n_k, d_v); query i sees keys
+    j < i + 1 + offset.  The group's rows are taken query by query, row r = i · group + h
+    (query i of head h), so that what a row sees never shrinks as r grows.
+    q, k, v are of acc's type, read in place, or the uint16 bits of the 16-bit format
+    fmt (a literal), or (fmt INT8) q in acc's type and k, v int8 with one scale per row
+    (k_scales (n_k,), v_scales; empty otherwise): q widened as it is scaled, K and V a block
+    of KEY_BLOCK rows at a time into a scratch block, each row widened once for all rows
+    (int8: the codes widened unscaled, the keys' scales folded into the scores and the
+    values' into P, ``fold_scales``).
+    Writes, per row, the chunk's max m and sum l of P = 2**((S - m) · log2_scale)
+    into stats (rows, 2), and the un-normalised acc (rows, d_v) = P V.  A row that sees
+    none of the chunk gets m = -inf, l = 0, acc = 0; keys past its limit never enter.
+    Each key and value row is read once, for all rows; the loops over d and d_v
+    are the ones LLVM vectorises.
+    """
+    group, n_q, d = q.shape
+    n_rows = group * n_q
+    d_v = v.shape[1]
+    dtype = acc.dtype
+    # scratch: the scaled queries (q_factor · q) and this chunk's scores, then P
+    scratch = np.empty((n_rows, d + SPLIT_KV_CHUNK), dtype)
+    # 16-bit or int8 inputs: a block of keys or values widened (nothing for a float type)
+    block = np.empty((KEY_BLOCK if fmt else 0, max(d, d_v)), dtype)
+    for r in range(n_rows):
+        for c in range(d):
+            scratch[r, c] = widen(q[r % group, r // group, c], fmt) * q_factor
+    # Key j is seen by the rows first_row[j] ... n_rows - 1 (visible is non-decreasing), so
+    # both products loop over exactly those rows.  (A test "j < visible[r]" around the
+    # loop over d kept LLVM from vectorising it: 3x slower.)
+    visible, first_row = visible_rows(n_rows, group, j0, j1, offset)
+    keys = visible[n_rows - 1]
+    chunk_scores(scratch, k, j0, keys, first_row, block, fmt)
+    fold_scales(scratch, d, visible, k_scales, j0, fmt)
+    chunk_softmax(scratch, d, visible, log2_scale, stats, acc)
+    fold_scales(scratch, d, visible, v_scales, j0, fmt)
     # acc = P V_chunk, again over the rows that see each key (a key is never skipped for a
     # zero weight: 0 · NaN must give NaN).  With several rows, four keys at a time for the
     # rows that see all four: one load and store of acc per four rows of V, not per row
@@ -188,7 +248,7 @@ def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2
     step = 4 if n_rows > 1 else KEY_BLOCK + 1
     for b in range(0, keys, KEY_BLOCK):
         end = min(b + KEY_BLOCK, keys)
-        rows, start = cache_rows(v, v_scales, j0 + b, end - b, block, fmt)
+        rows, start = cache_rows(v, j0 + b, end - b, block, fmt)
         j = b
         while j + step <= end:
             v0, v1, v2, v3 = rows[start + j - b], rows[start + j - b + 1], rows[start + j - b + 2], rows[start + j - b + 3]
