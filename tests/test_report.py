@@ -522,7 +522,7 @@ CACHE_GOAL = ("{} decode speed on {} cache of {} K/V heads over the float32 cach
     (CACHE_GOAL.format("numba_tiled", "a bfloat16", 8), "2 ±5%", "1.9–2.1", "met"),
     (CACHE_GOAL.format("numba_tiled", "an int8", 8), "1.88 ±5%", "1.79–1.98", "not met"),   # (256 / 68) × ½ < 3
     (CACHE_GOAL.format("numba_tiled", "a float32", 2), "4 ±5%", "3.8–4.2", "met"),
-    (CACHE_GOAL.format("numba_tiled", "an int8", 2), "7.53 ±5%", "7.15–7.91", "not met"),
+    (CACHE_GOAL.format("numba_tiled", "an int8", 2), "7.53 ±5%", "7.15–7.91", "met"),   # numba's target: 6
     (CACHE_GOAL.format("c_tiled", "a float16", 8), "2 ±5%", "1.9–2.1", "met"),
     (CACHE_GOAL.format("c_tiled", "an int8", 8), "3.58 ±5%", "3.4–3.76", "met"),           # (256 / 68) × 0.95
     (CACHE_GOAL.format("c_tiled", "an int8", 2), "14.3 ±5%", "13.6–15", "met"),
@@ -533,7 +533,7 @@ CACHE_GOAL = ("{} decode speed on {} cache of {} K/V heads over the float32 cach
     ("c_tiled decode speed over the fastest peer taking the same cache (the smallest ratio over formats and "
      "groupings), n = 65,536, all threads, timed side by side", "1.25", "one sample", "met"),    # float32: 20 / 16
     ("numba_tiled decode speed over the fastest peer taking the same cache (the smallest ratio over formats and "
-     "groupings), n = 65,536, all threads, timed side by side", "0.875", "one sample", "met"),  # 14 / 16 ≥ 0.7
+     "groupings), n = 65,536, all threads, timed side by side", "0.875", "one sample", "met"),  # 14 / 16 ≥ 0.8
     ("int8 cache: the largest norm-wise relative error of a decode step against float64, over 1,000 steps",
      "0.036", "one sample", "not met"),
 ])

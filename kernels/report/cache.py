@@ -181,7 +181,7 @@ def plot_time_against_bytes(run, bandwidth, path):
     one marker per (kernel, format, K/V heads), coloured by kernel, shaped by format; a
     kernel's two groupings of one format joined (the same read rate lies on a line of
     slope 1, parallel to the bandwidth's); peers as open markers on dashed segments."""
-    fig, ax = pyplot().subplots(figsize=(9, 6))
+    fig, ax = pyplot().subplots(figsize=(12, 6))
     fig.suptitle(f"Decode: time per token vs bytes read per token ({SHAPE})", fontsize=10)
     styles = plots.kernel_styles(run)
     markers = {"float32": "o", "float16": "s", "bfloat16": "D", "int8": "^"}
@@ -240,6 +240,7 @@ def plot_time_against_bytes(run, bandwidth, path):
         ax.set_xlabel("bytes read per token (log scale): cached keys and values, scales included")
         ax.set_ylabel("seconds per token (log scale)")
         ax.grid(True, alpha=0.3, which="both")
-        ax.legend(fontsize=7, loc="upper left")
+        # beside the axes, not over them: the points fill every corner
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     save_png(fig, path, caption=plots.machine_caption(run))

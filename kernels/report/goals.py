@@ -201,19 +201,22 @@ GOALS = (
            cache_speedup(run, kernel, cache_dtype, kv_heads), target, True, CACHE_BYTES)
       for kernel in spec.TILED
       for cache_dtype, kv_heads, target in (("float16", 8, 1.8), ("bfloat16", 8, 1.8), ("int8", 8, 3.0),
-                                            ("float32", 2, 3.5), ("int8", 2, 10.0))),
+                                            ("float32", 2, 3.5),
+                                            ("int8", 2, 10.0 if kernel == "c_tiled" else 6.0))),
     *(Goal(f"{kernel} decode: the smallest cache read rate ÷ streaming-read bandwidth over every format and "
            f"grouping, n = {spec.CACHE_SEQ_LEN:,}", lambda run, kernel=kernel: worst_read_fraction(run, kernel),
-           0.75, True, "fewer bytes must not mean a slower read: widening stays hidden behind the memory")
-      for kernel in spec.TILED),
+           target, True, "fewer bytes must not mean a slower read: widening and integer products stay hidden "
+           "behind the memory (Numba, with what its vectoriser makes of them, half of it)")
+      for kernel, target in (("c_tiled", 0.75), ("numba_tiled", 0.5))),
     *(Goal(f"{kernel} decode speed over the fastest peer taking the same cache (the smallest ratio over "
            f"formats and groupings), n = {spec.CACHE_SEQ_LEN:,}, all threads, " + SIDE_BY_SIDE,
            lambda run, kernel=kernel: over_fastest_peer(run, kernel), target, True,
            "the engines' own caches are the ones to beat, format for format")
-      for kernel, target in (("c_tiled", 1.0), ("numba_tiled", 0.7))),
+      for kernel, target in (("c_tiled", 1.0), ("numba_tiled", 0.8))),
     Goal(f"int8 cache: the largest norm-wise relative error of a decode step against float64, over "
-         f"{spec.CACHE_FIDELITY_STEPS:,} steps", lambda run: cache_error(run, "int8", "decode"), 0.02, False,
-         "8-bit codes keep about two significant digits of each row; the output must keep them"),
+         f"{spec.CACHE_FIDELITY_STEPS:,} steps", lambda run: cache_error(run, "int8", "decode"), 0.015, False,
+         "8-bit codes keep about two significant digits of each row; the output must keep them (KIVI's "
+         "per-channel keys reach it where a few channels are wide)"),
     Goal("tiny call (one head, n = 64): c_tiled speed over {peer}, all threads, " + SIDE_BY_SIDE,
          _over(spec.PEER, "c_tiled", "tiny", spec.DECODE_DTYPE), 2.0, True,
          "a call this small should not wake a thread pool: a fixed cost of microseconds"),
