@@ -216,7 +216,7 @@ int attn_int8_scores(const char *unit, const int8_t *k, const float *k_scale, in
         || s_stride < round_up(keys, ROW_KEY_PAD))
         return -1;
     const int64_t q_stride = round_up(d, INT8_DOT_PAD);
-    int8_t *codes = malloc((size_t)(rows * q_stride));
+    int16_t *codes = malloc((size_t)(rows * q_stride) * sizeof *codes);
     float q_scale[ROW_GROUP];
     if (!codes)
         return 1;

@@ -25,7 +25,7 @@
                             P·V (pack_p); the split-KV path reads K and V in place through
                             KV_ROW_OPS with any number of rows (undefined at the end)
      INT8_KEYS              optional, 1 for the int8 cache: the split-KV path quantises the
-                            step's query rows once (quantise_query_rows) and computes Q·Kᵀ as
+                            step's query rows once, to int16 (quantise_query_rows), and computes Q·Kᵀ as
                             integer dot products (active_int8, struct int8_dot_ops), K never
                             converted; the query tiles (prefill) stay float on dequantised K
      OUT_NARROW(x, n, y)    optional (the 16-bit types): y[i] = x[i] rounded to the inputs'
@@ -456,7 +456,7 @@ static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int
    into L2 as it goes; s (ROW_GROUP, DECODE_KEY_BLOCK) holds the scores, alpha (ROW_GROUP)
    the rescalings. */
 static void SUFFIX(attend_rows)(const TILE_OPS_T *ops, const struct shape *sh, real scale, const real *q,
-                                const int8_t *q_codes, const float *q_scale,
+                                const int16_t *q_codes, const float *q_scale,
                                 const struct SUFFIX(kv) *kv, const real *k_rows, const real *v_rows,
                                 int64_t jb, int64_t keys, int64_t n, int64_t next_keys,
                                 int64_t part, int64_t parts, real *state, real *s, real *alpha)
@@ -527,10 +527,10 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
     real *k_staging = staging + Q_STAGED * rows * d;
     real *v_staging = k_staging + KV_STAGED * DECODE_KEY_BLOCK * d;
     /* int8 keys: the rows' queries quantised once, for every block (tile_ops.h) */
-    int8_t *q_codes = NULL;
+    int16_t *q_codes = NULL;
     float *q_scale = NULL;
 #if INT8_KEYS
-    q_codes = (int8_t *)(v_staging + KV_STAGED * DECODE_KEY_BLOCK * d_v);
+    q_codes = (int16_t *)(v_staging + KV_STAGED * DECODE_KEY_BLOCK * d_v);
     q_scale = (float *)(q_codes + rows * round_up(d, INT8_DOT_PAD));
     quantise_query_rows(q_rows, rows, d, scale, q_codes, q_scale);
 #endif
@@ -583,7 +583,7 @@ static int64_t SUFFIX(decode_staging)(const struct shape *sh)
 {
     const int64_t rows = sh->group * sh->n_q;
     return Q_STAGED * rows * sh->d + KV_STAGED * DECODE_KEY_BLOCK * (sh->d + sh->d_v)
-           + INT8_KEYS * rows * (round_up(sh->d, INT8_DOT_PAD) / (int64_t)sizeof(real) + 1);
+           + INT8_KEYS * rows * (round_up(sh->d, INT8_DOT_PAD) * 2 / (int64_t)sizeof(real) + 1);
 }
 
 /* row (d_v) of a row of query index i from the partial states of the chunks it sees

@@ -5,30 +5,29 @@
    extension, a conversion and a multiply by the row's scale before the FMA with each
    query row: the step reads a quarter of float32's bytes but runs more instructions per
    byte than float32, and with several query rows per K/V head it stops being bound by
-   memory. Quantising the step's query rows once (tile_ops.h, quantise_query_rows) makes
-   the inner loop a pure integer dot product, with the key's and the query's scales applied
-   once per score, after the sum.
+   memory. Quantising the step's query rows once, to int16 (tile_ops.h,
+   quantise_query_rows: fine enough that the scores move by a 256th of what int8 queries
+   moved them), makes the inner loop a pure integer dot product, the key's and the query's
+   scales applied once per score, after the sum.
 
-   The units, best first, each over 32 bytes of a row at a time:
-     avx512-vnni   vpdpbusd (AVX512-VNNI with VL, EVEX on ymm): 32 products summed into
-                   8 int32 lanes in one instruction
+   The units, best first, each over 16 elements of a row at a time (16 key bytes
+   sign-extended to int16 once, vpmovsxbw, for all the query rows):
+     avx512-vnni   vpdpwssd (AVX512-VNNI with VL, EVEX on ymm): 16 products summed in
+                   pairs into 8 int32 lanes, added to them, in one instruction
      avx-vnni      the same instruction, VEX-encoded (AVX-VNNI, CPUs without AVX-512)
-     avx2          vpmaddubsw then vpmaddwd by 1 and an add: the same sums in three
+     avx2          vpmaddwd then vpaddd: the same sums in two
      generic       C, for CPUs without AVX2
-   vpdpbusd multiplies unsigned by signed bytes, so the key's sign moves to the query:
-   q · k = |k| · (q with k's sign) (vpsignb; llama.cpp's way), both within ±127. Then a
-   pair of products is at most 2 · 127² = 32,258 < 2^15: vpmaddubsw never saturates, and
-   its sequence computes exactly what vpdpbusd does; the int32 sums are exact for
-   d < 2^31 / 127² (133,000), so every unit gives the same scores, bit for bit, and the
-   tests hold each the CPU runs to an exact model of the sums (tests/test_c_int8_dot.py).
-   A row's last d % 32 bytes are copied into a zeroed vector (the query's codes are zero
-   there), never read past the row. */
+   A pair of products is at most 2 · 127 · 32767 < 2^31 and a row's sum at most
+   d · 127 · query_levels(d) <= 2^31 − 1, so no sum wraps: every unit gives the same scores,
+   bit for bit, and the tests hold each the CPU runs to an exact model of the sums
+   (tests/test_c_int8_dot.py). A row's last d % 16 bytes are copied into a zeroed vector
+   (the query's codes are zero there), never read past the row. */
 #include <immintrin.h>
 #include <string.h>
 #include "tile_ops.h"
 
 /* the generic unit: exact int32 sums in C */
-static void qk_rows_generic(const int8_t *k, const float *k_scale, int64_t keys, int64_t d, const int8_t *q,
+static void qk_rows_generic(const int8_t *k, const float *k_scale, int64_t keys, int64_t d, const int16_t *q,
                             const float *q_scale, int64_t rows, float *s, int64_t s_stride,
                             struct read_ahead ahead)
 {
@@ -65,37 +64,37 @@ static int cpu_has_any(void) { return 1; }
 
 const struct int8_dot_ops int8_dot_generic = {"generic", cpu_has_any, qk_rows_generic};
 
-/* The AVX2 sequence for vpdpbusd, exact for u <= 127 and |s| <= 127 (see above). */
+/* vpdpwssd in AVX2: the pairs' sums by vpmaddwd, added */
 #define AVX2_TARGET "avx2"
-static inline __attribute__((always_inline, target(AVX2_TARGET))) __m256i dpbusd_avx2(__m256i acc, __m256i u,
-                                                                                        __m256i s)
+static inline __attribute__((always_inline, target(AVX2_TARGET))) __m256i dpwssd_avx2(__m256i acc, __m256i a,
+                                                                                        __m256i b)
 {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
 #define UNIT(name) name##_avx2
 #define TARGET_ISA AVX2_TARGET
-#define DPBUSD dpbusd_avx2
+#define DPWSSD dpwssd_avx2
 #include "int8_dot_template.h"
 #undef UNIT
 #undef TARGET_ISA
-#undef DPBUSD
+#undef DPWSSD
 const struct int8_dot_ops int8_dot_avx2 = {"avx2", cpu_has_avx2, qk_rows_avx2};
 
 #define UNIT(name) name##_avx_vnni
 #define TARGET_ISA "avx2,avxvnni"
-#define DPBUSD _mm256_dpbusd_avx_epi32
+#define DPWSSD _mm256_dpwssd_avx_epi32
 #include "int8_dot_template.h"
 #undef UNIT
 #undef TARGET_ISA
-#undef DPBUSD
+#undef DPWSSD
 const struct int8_dot_ops int8_dot_avx_vnni = {"avx-vnni", cpu_has_avx_vnni, qk_rows_avx_vnni};
 
 #define UNIT(name) name##_avx512_vnni
 #define TARGET_ISA "avx2,avx512f,avx512vl,avx512vnni"
-#define DPBUSD _mm256_dpbusd_epi32
+#define DPWSSD _mm256_dpwssd_epi32
 #include "int8_dot_template.h"
 #undef UNIT
 #undef TARGET_ISA
-#undef DPBUSD
+#undef DPWSSD
 const struct int8_dot_ops int8_dot_avx512_vnni = {"avx512-vnni", cpu_has_avx512_vnni, qk_rows_avx512_vnni};

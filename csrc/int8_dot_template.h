@@ -2,10 +2,10 @@
    template without include guards, included once per unit with
      UNIT(name)      the names of its functions
      TARGET_ISA      the target attribute's string
-     DPBUSD(a, u, s) a + the sums of 4 products u · s (u unsigned, s signed bytes) per lane
-   Each step takes 8 / R keys and meets each 32 bytes of a key row loaded with the R query
-   rows (|k| once, k's sign on each row's codes), 8 / R · R int32 accumulators, reduced
-   together into one vector of 8 sums, converted and scaled by 8 lanes at a time. */
+     DPWSSD(a, x, y) a + the sums of pairs of int16 products x · y, per int32 lane
+   Each step takes 8 / R keys and meets each 16 elements of a key row (sign-extended to
+   int16 once) with the R query rows, 8 / R · R int32 accumulators, reduced together into
+   one vector of 8 sums, converted and scaled 8 lanes at a time. */
 #define INLINE_UNIT static inline __attribute__((always_inline, target(TARGET_ISA)))
 #ifndef UNROLL
 #define UNROLL _Pragma("GCC unroll 16")
@@ -19,24 +19,23 @@ INLINE_UNIT __m256i UNIT(hsums)(const __m256i *acc)
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-/* acc[i * R + r] += the products of 32 bytes of key i (x[i]) and of row r's codes (y[r]) */
+/* acc[i * R + r] += the products of 16 elements of key i (x[i], int16) and of row r's codes (y[r]) */
 INLINE_UNIT void UNIT(dot_step)(__m256i *acc, const __m256i *x, const __m256i *y, const int step, const int R)
 {
     UNROLL
     for (int i = 0; i < step; i++) {
-        const __m256i u = _mm256_abs_epi8(x[i]);
         UNROLL
         for (int r = 0; r < R; r++)
-            acc[i * R + r] = DPBUSD(acc[i * R + r], u, _mm256_sign_epi8(y[r], x[i]));
+            acc[i * R + r] = DPWSSD(acc[i * R + r], x[i], y[r]);
     }
 }
 
 INLINE_UNIT void UNIT(qk_rows_of)(const int8_t *k, const float *k_scale, int64_t keys, int64_t d,
-                                  const int8_t *q, const float *q_scale, float *s, int64_t s_stride,
+                                  const int16_t *q, const float *q_scale, float *s, int64_t s_stride,
                                   struct read_ahead *ahead, const int R)
 {
     const int step = 8 / R;   /* keys per step; lane i * R + r: key i, row r */
-    const int64_t q_stride = round_up(d, INT8_DOT_PAD), full = d / 32 * 32;
+    const int64_t q_stride = round_up(d, INT8_DOT_PAD), full = d / 16 * 16;
     read_ahead_spread(ahead, ceil_div(keys, step));
     /* lane l's query scale and the key (of the step) whose scale it takes */
     float lane_q_scale[8] = {0};
@@ -56,23 +55,23 @@ INLINE_UNIT void UNIT(qk_rows_of)(const int8_t *k, const float *k_scale, int64_t
         __m256i acc[8], x[8], y[ROW_GROUP];
         for (int i = 0; i < 8; i++)
             acc[i] = _mm256_setzero_si256();
-        for (int64_t c = 0; c < full; c += 32) {
+        for (int64_t c = 0; c < full; c += 16) {
             UNROLL
             for (int r = 0; r < R; r++)
                 y[r] = _mm256_loadu_si256((const __m256i *)(q + r * q_stride + c));
             UNROLL
             for (int i = 0; i < step; i++)
-                x[i] = _mm256_loadu_si256((const __m256i *)(k_rows[i] + c));
+                x[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(k_rows[i] + c)));
             UNIT(dot_step)(acc, x, y, step, R);
         }
         if (full < d) {
-            int8_t tail[8][32];
+            int8_t tail[8][16];
             for (int r = 0; r < R; r++)
                 y[r] = _mm256_loadu_si256((const __m256i *)(q + r * q_stride + full));
             for (int i = 0; i < step; i++) {
-                memset(tail[i], 0, 32);
+                memset(tail[i], 0, 16);
                 memcpy(tail[i], k_rows[i] + full, (size_t)(d - full));
-                x[i] = _mm256_loadu_si256((const __m256i *)tail[i]);
+                x[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)tail[i]));
             }
             UNIT(dot_step)(acc, x, y, step, R);
         }
@@ -94,7 +93,7 @@ INLINE_UNIT void UNIT(qk_rows_of)(const int8_t *k, const float *k_scale, int64_t
 }
 
 static __attribute__((target(TARGET_ISA))) void UNIT(qk_rows)(const int8_t *k, const float *k_scale, int64_t keys,
-                                                              int64_t d, const int8_t *q, const float *q_scale,
+                                                              int64_t d, const int16_t *q, const float *q_scale,
                                                               int64_t rows, float *s, int64_t s_stride,
                                                               struct read_ahead ahead)
 {

@@ -333,49 +333,61 @@ struct tile_ops_bf16 {
 };
 
 /* Q·Kᵀ on an int8 cache's keys as integer dot products (int8_dot.c), one set per unit:
-   the query rows quantised to int8 once per decode step (quantise_query_rows: codes in
-   [-127, 127], zero-padded to a multiple of INT8_DOT_PAD, and one float scale per row, the
-   attention scale folded in), each score an exact integer sum Σ_c q_rc · k_jc, converted to
-   float (exact while |Σ| < 2^24, i.e. d <= 1040; else rounded once) and scaled:
-     s[r, j] = ((float)Σ_c q_rc · k_jc · k_scale[j]) · q_scale[r]   (two float32 roundings)
+   the query rows quantised to int16 once per decode step (quantise_query_rows: codes in
+   ±query_levels(d), zero-padded to a multiple of INT8_DOT_PAD, and one float scale per
+   row, the attention scale folded in), each score an exact int32 sum Σ_c q_rc · k_jc,
+   converted to float (rounded once where it exceeds 2^24) and scaled:
+     s[r, j] = ((float)Σ_c q_rc · k_jc · k_scale[j]) · q_scale[r]   (float32 roundings)
    for 1 <= rows <= ROW_GROUP rows of codes (rows, round_up(d, INT8_DOT_PAD)) and keys rows
    of K (keys, d); s as struct tile_ops_f32's qk_rows has it. Every unit gives the same
-   scores, bit for bit (integer sums are exact): "avx512-vnni" and "avx-vnni" by vpdpbusd,
-   "avx2" by vpmaddubsw and vpmaddwd (exactly vpdpbusd for operands within ±127: a pair of
-   products is at most 2 · 127² < 2^15, so vpmaddubsw never saturates), "generic" in C. */
-#define INT8_DOT_PAD 32
+   scores, bit for bit (integer sums are exact): "avx512-vnni" and "avx-vnni" by vpdpwssd,
+   "avx2" by vpmaddwd and an add (the same sums in two instructions), "generic" in C. */
+#define INT8_DOT_PAD 16
 struct int8_dot_ops {
     const char *unit;
     int (*cpu_runs)(void);
-    void (*qk_rows)(const int8_t *k, const float *k_scale, int64_t keys, int64_t d, const int8_t *q,
+    void (*qk_rows)(const int8_t *k, const float *k_scale, int64_t keys, int64_t d, const int16_t *q,
                     const float *q_scale, int64_t rows, float *s, int64_t s_stride, struct read_ahead ahead);
 };
 
+/* The largest query code for rows of d: 32767 (int16), fewer where d · 127 · 32767 would
+   pass 2^31 − 1 (d > 516), so that a score's int32 sum never overflows. */
+static inline int32_t query_levels(int64_t d)
+{
+    const int64_t fit = INT32_MAX / (127 * d);
+    return (int32_t)(fit < 32767 ? fit : 32767);
+}
+
 /* codes (rows, round_up(d, INT8_DOT_PAD)) and q_scale (rows) of q (rows, d), as
-   kernels.cache_formats.quantise_int8 has them (bit for bit): t = max|q_r|, step = t / 127
-   (float32), code = q / step rounded to nearest even; q_scale = scale · step. A zero row
-   gets step 0 and codes 0; a row holding NaN or ±Inf the scale NaN (its scores NaN, as
-   float32 would make them). The rounding moves each query element by at most step / 2,
-   so a score by at most |scale| · step / 2 · Σ_c |k_jc| (k dequantised). */
+   kernels.cache_formats.decode_query_codes has them (bit for bit): L = query_levels(d),
+   t = max|q_r|, step = t / L (float32), code = q / step rounded to nearest even;
+   q_scale = scale · step. A zero row gets step 0 and codes 0; a row holding NaN or ±Inf the
+   scale NaN (its scores NaN, as float32 would make them). The rounding moves each query
+   element by at most step / 2 = max|q_r| / 65534, so a score by at most |scale| · step / 2 ·
+   Σ_c |k_jc| (k dequantised): int8 codes (step max|q_r| / 127) moved the decode steps'
+   errors from 3.7·10⁻² to 5.5·10⁻² (kernels.decode.fidelity, queries ×3), int16 ones leave
+   them where the keys' and values' own rounding puts them, for the same instructions on
+   AVX2 (vpmaddwd on 16 pairs, against vpsignb, vpmaddubsw and vpmaddwd on 32). */
 static inline void quantise_query_rows(const float *q, int64_t rows, int64_t d, float scale,
-                                       int8_t *codes, float *q_scale)
+                                       int16_t *codes, float *q_scale)
 {
     const int64_t stride = round_up(d, INT8_DOT_PAD);
+    const float levels = (float)query_levels(d);
     for (int64_t r = 0; r < rows; r++) {
         const float *x = q + r * d;
-        int8_t *c = codes + r * stride;
+        int16_t *c = codes + r * stride;
         float top = 0;
         int finite = 1;
         for (int64_t i = 0; i < d; i++) {
             finite &= isfinite(x[i]) != 0;
             top = fabsf(x[i]) > top ? fabsf(x[i]) : top;
         }
-        const float step = top / 127.0f;
-        memset(c, 0, (size_t)stride);
+        const float step = top / levels;
+        memset(c, 0, (size_t)stride * sizeof *c);
         if (finite && step > 0)
             for (int64_t i = 0; i < d; i++) {
                 const float code = nearbyintf(x[i] / step);
-                c[i] = (int8_t)(code > 127 ? 127 : code < -127 ? -127 : code);
+                c[i] = (int16_t)(code > levels ? levels : code < -levels ? -levels : code);
             }
         q_scale[r] = finite ? scale * step : NAN;
     }

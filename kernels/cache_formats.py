@@ -95,11 +95,35 @@ def quantise_int8(x, axis=-1):
     return codes, np.squeeze(scales, axis)
 
 
+def query_levels(d):
+    """The largest query code a decode step on an int8 cache uses for rows of d: 32767
+    (int16), fewer where d · 127 · 32767 would pass 2^31 − 1 (d > 516), so that a score's
+    int32 sum never overflows (csrc/tile_ops.h)."""
+    return min(32767, (2**31 - 1) // (127 * d))
+
+
+@np.errstate(invalid="ignore", divide="ignore")
+def decode_query_codes(q):
+    """(codes, steps): the queries (..., d) as c_tiled's decode step on an int8 cache
+    quantises them before multiplying the keys as integers (csrc/int8_dot.c), bit for bit:
+    L = query_levels(d), step = max|q_row| / L (float32), codes = round(q / step) in ±L
+    (int32 here, int16 in the kernel); a zero row step 0, a row holding NaN or ±Inf step NaN
+    and codes 0."""
+    q = np.asarray(q, np.float32)
+    levels = query_levels(q.shape[-1])
+    top = np.max(np.abs(q), axis=-1, keepdims=True)
+    finite = np.isfinite(top)
+    steps = np.where(finite, top / np.float32(levels), np.nan).astype(np.float32)
+    ratio = np.where(finite & (steps > 0), q / np.where(steps > 0, steps, 1), 0)
+    codes = np.clip(np.rint(ratio), -levels, levels).astype(np.int32)
+    return codes, np.squeeze(steps, -1)
+
+
 def decode_queries(q):
     """The queries (..., d) as a decode step on an int8 cache multiplies its keys with them,
-    float64: each row's int8 codes times its step (``quantise_int8``, exact in float64).
-    c_tiled quantises a step's query rows once and computes Q·Kᵀ as integer dot products
-    (csrc/int8_dot.c); that moves a query element by at most step / 2 = max|q_row| / 254,
-    and a score by at most |scale| · max|q_row| / 254 · Σ_c |k_jc|."""
-    codes, steps = quantise_int8(q)
+    float64: each row's codes times its step (``decode_query_codes``, exact in float64).
+    c_tiled quantises a step's query rows once, to int16, and computes Q·Kᵀ as integer dot
+    products (csrc/int8_dot.c); that moves a query element by at most step / 2 =
+    max|q_row| / 65534 (d <= 516), and a score by at most |scale| · step / 2 · Σ_c |k_jc|."""
+    codes, steps = decode_query_codes(q)
     return codes.astype(np.float64) * steps.astype(np.float64)[..., None]

@@ -368,7 +368,7 @@ static struct buffer kv_input(const struct problem *pr, const double *x, int64_t
 static void quantised_queries(const float *q, int64_t rows, int64_t d, double *x)
 {
     const int64_t stride = round_up(d, INT8_DOT_PAD);
-    int8_t *codes = checked_malloc((size_t)(rows * stride));
+    int16_t *codes = checked_malloc((size_t)(rows * stride) * sizeof *codes);
     float *steps = checked_malloc((size_t)rows * sizeof *steps);
     quantise_query_rows(q, rows, d, 1.0f, codes, steps);
     for (int64_t r = 0; r < rows; r++)
@@ -596,7 +596,7 @@ static double check_call(const struct problem *pr, int isa, int threads)
 
 /* The int8 cache's integer dot-product units (csrc/int8_dot.c) a path is checked with: the
    one it selects, and on a SIMD path every other SIMD unit the CPU runs (a CPU with VNNI
-   selects vpdpbusd, and its AVX2 sequence is checked too); their names in units, their
+   selects vpdpwssd, and its AVX2 sequence is checked too); their names in units, their
    number returned. */
 static const char *const INT8_UNITS[] = {"avx512-vnni", "avx-vnni", "avx2"};
 #define N_INT8_UNITS (sizeof INT8_UNITS / sizeof INT8_UNITS[0] + 1)

@@ -29,9 +29,9 @@ widening (or dequantising) a block of rows at a time inside their inner loops, n
 widened copy of the cache; a 16-bit cache is attended by the kernels' 16-bit path, its
 new queries rounded to the cache's type too (as engines with such caches do: one type
 in, float32 accumulation inside), the result left in float32.  On an int8 cache
-``c_tiled`` quantises a step's queries to int8 too (per row, as the cache's rows) and
-multiplies them with the keys as integers (``kernels.cache_formats.decode_queries``):
-a score moves by at most |scale| · max|q_row| / 254 · Σ_c |k_jc| more.  ``numpy`` and ``naive``
+``c_tiled`` quantises a step's queries to int16 (per row) and multiplies them with the
+keys as integers (``kernels.cache_formats.decode_queries``): a score moves by at most
+|scale| · max|q_row| / 65534 · Σ_c |k_jc| more, a 256th of the keys' own rounding.  ``numpy`` and ``naive``
 widen the whole cache first (O(n·d) more bytes, which their times show).
 
 The buffers are preallocated and doubled when full, so appending costs amortised O(d)

@@ -61,27 +61,28 @@ int8 KV cache (``run_int8``): k and v int8 with one float32 scale per row (token
 head), key j = k_scale[j] · k[j]; q and out float32.  Read in place, 1 byte per element
 plus 4 bytes per row of scales, a quarter of float32's bytes at d = 64 (plus 3%), never
 dequantised as a whole.  Decoding (up to ``DECODE_MAX_QUERIES`` query rows per head), the
-step's query rows are quantised once, as the cache quantises a row (codes in ±127, one
-step max|q_row| / 127 each), and Q·Kᵀ is a pure integer dot product per score
-(csrc/int8_dot.c: vpdpbusd on AVX512-VNNI or AVX-VNNI, vpmaddubsw/vpmaddwd on AVX2,
-C otherwise; ``int8_dot``), the key's scale and the query's applied once per score after
-the exact sum; a score moves by at most |scale| · max|q_row| / 254 · Σ_c |k_jc| (k
-dequantised), and the step computes float32's result on the quantised queries
-(``kernels.cache_formats.decode_queries``).  The values are converted as they are loaded
-(vpmovsxbd, vcvtdq2ps), their scales folded into the softmax weights (one multiply per
-key and row) when a K/V head has up to 8 query rows; with more, each block of 64 value rows
-is dequantised once into per-thread scratch.  The query-tile path (prefill) dequantises
-each key and value tile as it packs it and is float32's on the dequantised cache, bit for
-bit.  A NaN scale makes its rows NaN.
+step's query rows are quantised once, to int16 (codes in ±32767 for d <= 516, one step
+max|q_row| / 32767 each: ``kernels.cache_formats.decode_query_codes``), and Q·Kᵀ is a
+pure integer dot product per score (csrc/int8_dot.c: vpdpwssd on AVX512-VNNI or AVX-VNNI,
+vpmaddwd on AVX2, C otherwise; ``int8_dot``), the key's scale and the query's applied once
+per score after the exact sum; a score moves by at most |scale| · max|q_row| / 65534 ·
+Σ_c |k_jc| (k dequantised), and the step computes float32's result on the quantised
+queries (``kernels.cache_formats.decode_queries``).  (int8 queries, vpmaddubsw's 32
+products a instruction, moved the decode errors of ``kernels.decode.fidelity`` from 3.7 to
+5.5·10⁻², and on AVX2 ran slower: 6.9 cycles a key and query row at d = 64 against 4.9.)
+The values are converted as they are loaded (vpmovsxbd, vcvtdq2ps), their scales folded
+into the softmax weights (one multiply per key and row) when a K/V head has up to 8 query
+rows; with more, each block of 64 value rows is dequantised once into per-thread scratch.
+The query-tile path (prefill) dequantises each key and value tile as it packs it and is
+float32's on the dequantised cache, bit for bit.  A NaN scale makes its rows NaN.
 Measured (2-core AMD EPYC Zen 3, AVX2, 2 threads, one query, 8 query heads, d = 64,
-n_k = 65,536, medians of 40 calls, three processes of each build in turn): the integer
-keys with the value scales folded into the weights over the dequantising step 1.15x with
-8 K/V heads (4.7 -> 4.1 ms), 1.3x with 2 (3.3 -> 2.4 ms).  The step with 2 K/V heads
-stays bound by arithmetic there, at about a third of the streaming read: its 4 query rows
-per K/V head make 8 multiply-adds per cached byte, 80 G a second per core at 10 GB/s,
-beyond the 16 per cycle of 2 FMA units (P·V) and what vpmaddubsw and vpmaddwd sustain
-(Q·Kᵀ: about 7 cycles per key and row at d = 64, measured by rdtsc); with 8 K/V heads
-(1 row each) it reads at about 0.8 of the streaming read.
+n_k = 65,536, medians of 15 calls side by side in one process): int8 with 2 K/V heads
+over float32 with 8, 7.3x with the keys dequantised, 9.7x with integer keys (2.0 ms, 0.39
+of the streaming read); int8 with 8 K/V heads 0.80 of the streaming read.  The step with 2
+K/V heads stays bound by arithmetic there: its 4 query rows per K/V head make 8
+multiply-adds per cached byte, 80 G a second per core at 10 GB/s, beyond the 16 per
+cycle of 2 FMA units (P·V) and what vpmaddwd sustains (Q·Kᵀ: 4.9 cycles per key and row
+at d = 64, rdtsc around qk_rows in L1).
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal); decoding is bound
 by the bytes read, B_kv · n_k · (d + d_v) elements (int8: plus 8 bytes of scales a row);
 extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
@@ -223,8 +224,8 @@ def has_bf16_dot(name=None):
 
 
 def int8_dot():
-    """The unit computing the int8 cache's Q·Kᵀ when decoding: "avx512-vnni" (vpdpbusd),
-    "avx-vnni" (the same, VEX-encoded), "avx2" (vpmaddubsw, vpmaddwd) or "generic" (C);
+    """The unit computing the int8 cache's Q·Kᵀ when decoding: "avx512-vnni" (vpdpwssd),
+    "avx-vnni" (the same, VEX-encoded), "avx2" (vpmaddwd, vpaddd) or "generic" (C);
     ``use_isa`` picks the best the CPU runs (the generic path: "generic")."""
     return ffi.string(lib.attn_int8_dot()).decode()
 
