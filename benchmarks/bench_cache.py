@@ -4,7 +4,7 @@ narrower formats, where one token's time is the cache's bytes over the memory ba
 One new token's query, 8 query heads, d = 64, against a cache of 65,536 tokens
 (``kernels.bench_spec``), every thread of the budget:
 
-``CacheFormats``: a kernel on a cache of one format (float32, float16, bfloat16, int8) and
+``CacheFormats``: a kernel on a cache of one format (float32, float16, bfloat16, int8, int4) and
 K/V grouping (8 or 2 K/V heads), its time per token, its read rate (the cache's bytes,
 scales included, over the time), and its speed over itself on the float32 cache of 8 K/V
 heads, timed side by side in one process.

@@ -1,5 +1,5 @@
 /* attnbench C kernel: public entry points, SIMD path selection, and the five instances
-   (float, double, and bfloat16, float16 and an int8 KV cache computed in float) of the
+   (float, double, and bfloat16, float16 and int8 and int4 KV caches computed in float) of the
    tiled online-softmax driver in flash_driver_template.h.
 
    Tile sizes (query rows × keys per tile, per thread; defined in tiles.h). Swept with
@@ -352,6 +352,21 @@ __attribute__((constructor)) static void select_default_isa(void)
 #undef KV_ROW_OPS
 #undef KV_ROW_OPS_MAX_ROWS
 #undef KV_TO_REAL
+#undef kv_elem
+
+/* the int4 cache: float queries in place, K and V rows (two codes a byte, a scale per 32
+   values) dequantised into staging a tile or a decode block at a time, as the int8 cache's
+   are beyond 8 query rows, for the float32 operations. */
+#define kv_elem uint8_t
+#define KV_ROW_ELEMS(width) int4_row_bytes(width)
+#define KV_ROW_SCALES(width) int4_row_scales(width)
+#define KV_TO_REAL(x, scale, row0, rows, width, y) \
+    active->convert->widen_q4((x) + (row0) * int4_row_bytes(width), (scale) + (row0) * int4_row_scales(width), \
+                              rows, width, y)
+#define SUFFIX(name) name##_q4
+#include "flash_driver_template.h"
+#undef SUFFIX
+#undef KV_TO_REAL
 #undef q_elem
 #undef kv_elem
 #undef EXP
@@ -418,5 +433,12 @@ int attn_forward_q8(const float *q, const int8_t *k, const float *k_scale, const
                     const float *v_scale, float *out, SHAPE_PARAMS(float))
 {
     return forward_q8(q, &(struct kv_q8){.k = k, .v = v, .k_scale = k_scale, .v_scale = v_scale},
+                      out, 0, SHAPE_ARGS);
+}
+
+int attn_forward_q4(const float *q, const uint8_t *k, const float *k_scale, const uint8_t *v,
+                    const float *v_scale, float *out, SHAPE_PARAMS(float))
+{
+    return forward_q4(q, &(struct kv_q4){.k = k, .v = v, .k_scale = k_scale, .v_scale = v_scale},
                       out, 0, SHAPE_ARGS);
 }

@@ -42,6 +42,16 @@ int attn_forward_q8(const float *q, const int8_t *k, const float *k_scale, const
                     const float *v_scale, float *out, int64_t batch, int64_t group, int64_t n_q,
                     int64_t n_k, int64_t kv_rows, int64_t d, int64_t d_v, int causal, float scale,
                     int n_threads);
+/* An int4 KV cache: each row of K (and V) is ceil(d / 2) bytes, value c the nibble c % 2
+   (low first) of byte c / 2 less 8, times k_scale[row · ceil(d / 32) + c / 32], the scale of
+   its group of 32 (kernels/cache_formats.py); rows and their scales lie as the int8 cache's,
+   kv_rows rows a head. Read in place (d / 2 bytes and 4 per group a row), dequantised a block
+   of rows at a time, and computed exactly as attn_forward_f32 computes on the dequantised
+   K and V. A group whose scale is NaN dequantises to NaN. */
+int attn_forward_q4(const float *q, const uint8_t *k, const float *k_scale, const uint8_t *v,
+                    const float *v_scale, float *out, int64_t batch, int64_t group, int64_t n_q,
+                    int64_t n_k, int64_t kv_rows, int64_t d, int64_t d_v, int causal, float scale,
+                    int n_threads);
 
 /* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL) with AVX512-BF16 (and
    BW), AVX-512, AVX2+FMA+F16C, generic), "avx512-bf16", "avx512", "avx2-fma", "generic", or

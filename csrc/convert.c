@@ -3,12 +3,12 @@
    isa_paths).
 
    Widening, how the entry points that do not read float32 read their inputs: the bfloat16
-   and float16 tiles (Q, K, V) are widened as they are packed, the int8 KV cache's rows are
-   dequantised a block at a time, and everything after runs on the float32 tile operations.
-   Both widenings are exact (float32 holds every bfloat16 and float16 value), and an int8
-   row is its scale times the (exact) float of each value, one rounding, as NumPy's
-   scale[:, None] * x.astype(float32) has it; so a call computes what a float32 call on the
-   converted inputs would.
+   and float16 tiles (Q, K, V) are widened as they are packed, the int8 and int4 KV caches'
+   rows are dequantised a block at a time, and everything after runs on the float32 tile
+   operations. Both widenings are exact (float32 holds every bfloat16 and float16 value),
+   and an int8 row is its scale times the (exact) float of each value, one rounding, as
+   NumPy's scale[:, None] * x.astype(float32) has it (int4: each value times its group's
+   scale); so a call computes what a float32 call on the converted inputs would.
 
    Narrowing, how a 16-bit call writes its output when asked to (attention.h's round_out):
    each row of float32 results rounded to nearest even as it is stored, bit for bit what
@@ -43,6 +43,19 @@ static void widen_q8_generic(const int8_t *x, const float *scale, int64_t rows, 
     for (int64_t i = 0; i < rows; i++)
         for (int64_t c = 0; c < width; c++)
             y[i * width + c] = scale[i] * (float)x[i * width + c];
+}
+
+/* int4 rows (kernels/cache_formats.py): ceil(width / 2) bytes a row, value c in the low
+   (c even) or high nibble of byte c / 2, plus 8; scale[c / INT4_GROUP] of the row's
+   ceil(width / INT4_GROUP) scales */
+static void widen_q4_generic(const uint8_t *x, const float *scale, int64_t rows, int64_t width, float *y)
+{
+    const int64_t bytes = int4_row_bytes(width), groups = int4_row_scales(width);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < width; c++) {
+            const int code = (x[i * bytes + c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET;
+            y[i * width + c] = scale[i * groups + c / INT4_GROUP] * (float)code;
+        }
 }
 
 static void narrow_bf16_generic(const float *x, int64_t n, uint16_t *y)
@@ -101,6 +114,38 @@ static AVX2 void widen_q8_avx2(const int8_t *x, const float *scale, int64_t rows
         widen_q8_generic(xi + c, scale + i, 1, width - c, yi + c);
     }
 }
+
+/* a whole group of 32 int4 values (16 bytes) at a time: the nibbles masked and shifted
+   apart, interleaved back into order (vpunpck{l,h}bw), less 8, then as widen_q8_avx2; the
+   rest of a row scalar. Also the AVX-512 set's (a block of a decode step is 64 rows of
+   ceil(d / 32) groups: the conversion is a small part of the step at either width). */
+static AVX2 void widen_q4_avx2(const uint8_t *x, const float *scale, int64_t rows, int64_t width, float *y)
+{
+    const int64_t bytes = int4_row_bytes(width), groups = int4_row_scales(width), full = width / INT4_GROUP;
+    const __m128i nibble = _mm_set1_epi8(15), offset = _mm_set1_epi8(INT4_OFFSET);
+    for (int64_t i = 0; i < rows; i++) {
+        const uint8_t *xi = x + i * bytes;
+        float *yi = y + i * width;
+        for (int64_t g = 0; g < full; g++) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(xi + g * INT4_GROUP / 2));
+            const __m128i lo = _mm_and_si128(b, nibble), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nibble);
+            const __m128i codes[2] = {_mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), offset),
+                                      _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), offset)};
+            const __m256 s = _mm256_set1_ps(scale[i * groups + g]);
+            for (int h = 0; h < 2; h++) {
+                float *out = yi + g * INT4_GROUP + 16 * h;
+                _mm256_storeu_ps(out, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes[h]))));
+                _mm256_storeu_ps(out + 8, _mm256_mul_ps(
+                    s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(codes[h], 8)))));
+            }
+        }
+        for (int64_t c = full * INT4_GROUP; c < width; c++) {
+            const int code = (xi[c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET;
+            yi[c] = scale[i * groups + c / INT4_GROUP] * (float)code;
+        }
+    }
+}
+#define widen_q4_avx512 widen_q4_avx2
 
 /* 8 bfloat16 roundings (f32_to_bf16's integer rounding, NaN lanes blended in), packed to
    16 bits: packus works within each 128-bit half, so the halves' results are joined first */
@@ -193,7 +238,7 @@ static AVX512 void narrow_f16_avx512(const float *x, int64_t n, uint16_t *y)
 }
 
 #define CONVERT_OPS(isa)                                                                      \
-    {widen_bf16_##isa, widen_f16_##isa, widen_q8_##isa, narrow_bf16_##isa, narrow_f16_##isa}
+    {widen_bf16_##isa, widen_f16_##isa, widen_q8_##isa, widen_q4_##isa, narrow_bf16_##isa, narrow_f16_##isa}
 const struct convert_ops convert_generic = CONVERT_OPS(generic);
 const struct convert_ops convert_avx2 = CONVERT_OPS(avx2);
 const struct convert_ops convert_avx512 = CONVERT_OPS(avx512);

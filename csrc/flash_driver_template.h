@@ -8,10 +8,15 @@
                             struct convert_ops function); Q is then read through staging
      KV_TO_REAL(x, scale, row0, rows, width, y)
                             only when kv_elem is not real: y (rows, width) = rows
-                            [row0, row0 + rows) of the K or V head at x, whose rows are width
-                            apart, as real; scale is that head's row scales (int8) or NULL.
-                            K and V are then read through staging, a tile or a block of rows
-                            at a time; otherwise in place
+                            [row0, row0 + rows) of the K or V head at x, whose rows hold
+                            width values, as real; scale is that head's scales (int8: one a
+                            row; int4: KV_ROW_SCALES a row) or NULL. K and V are then read
+                            through staging, a tile or a block of rows at a time; otherwise
+                            in place
+     KV_ROW_ELEMS(width), KV_ROW_SCALES(width)
+                            optional: the kv_elem and float scales a row of width values
+                            takes (default width and 1; int4, two codes a byte: ceil(width /
+                            2) and one scale per 32)
      KV_ROW_OPS, KV_ROW_OPS_MAX_ROWS
                             optional, with KV_TO_REAL or PAIRED: the member of TILE_OPS_T
                             (struct row_ops_f32) whose row operations read such K and V rows
@@ -80,6 +85,10 @@
 #ifndef INT8_KEYS
 #define INT8_KEYS 0
 #endif
+#ifndef KV_ROW_ELEMS
+#define KV_ROW_ELEMS(width) (width)
+#define KV_ROW_SCALES(width) 1
+#endif
 /* the packed tiles' element type: real, or two bfloat16 in one word (PAIRED) */
 #if PAIRED
 #define packed uint32_t
@@ -131,11 +140,11 @@ static struct SUFFIX(kv) SUFFIX(kv_head)(const struct SUFFIX(kv) *heads, const s
 {
     const int64_t row = g * sh->kv_rows;
     return (struct SUFFIX(kv)){
-        .k = heads->k + row * sh->d,
-        .v = heads->v + row * sh->d_v,
+        .k = heads->k + row * KV_ROW_ELEMS(sh->d),
+        .v = heads->v + row * KV_ROW_ELEMS(sh->d_v),
         /* (an offset from NULL is undefined, even unread) */
-        .k_scale = heads->k_scale ? heads->k_scale + row : NULL,
-        .v_scale = heads->v_scale ? heads->v_scale + row : NULL,
+        .k_scale = heads->k_scale ? heads->k_scale + row * KV_ROW_SCALES(sh->d) : NULL,
+        .v_scale = heads->v_scale ? heads->v_scale + row * KV_ROW_SCALES(sh->d_v) : NULL,
     };
 }
 
@@ -443,9 +452,9 @@ static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int
 {
     if (n <= 0)
         return read_ahead_of(NULL, 0);
-    const int64_t bytes = n * width * (int64_t)sizeof(kv_elem);
+    const int64_t bytes = n * KV_ROW_ELEMS(width) * (int64_t)sizeof(kv_elem);
     const int64_t from = bytes * part / parts / CACHE_LINE * CACHE_LINE, to = bytes * (part + 1) / parts;
-    return read_ahead_of((const char *)(x + row0 * width) + from, to - from);
+    return read_ahead_of((const char *)(x + row0 * KV_ROW_ELEMS(width)) + from, to - from);
 }
 
 /* attend_key_chunk's step for n <= ROW_GROUP query rows q (n, d) that see the same keys
@@ -771,6 +780,8 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
 #undef KV_STAGED
 #undef PAIRED
 #undef INT8_KEYS
+#undef KV_ROW_ELEMS
+#undef KV_ROW_SCALES
 #undef packed
 #undef packed_from
 #undef PACKED_VALUE

@@ -393,18 +393,30 @@ static inline void quantise_query_rows(const float *q, int64_t rows, int64_t d, 
     }
 }
 
+/* The int4 KV cache's rows (kernels/cache_formats.py): value c of a row is the nibble
+   c % 2 (low first) of byte c / 2, less INT4_OFFSET, times the scale of its group of
+   INT4_GROUP values */
+#define INT4_GROUP 32
+#define INT4_OFFSET 8
+static inline int64_t int4_row_bytes(int64_t width) { return (width + 1) / 2; }
+static inline int64_t int4_row_scales(int64_t width) { return (width + INT4_GROUP - 1) / INT4_GROUP; }
+
 /* Conversions between float and the other formats (convert.c), one set per ISA:
    widen_bf16, widen_f16: y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16
      or a float16: how the 16-bit entry points read their inputs, a tile at a time.
    widen_q8: y (rows, width) = scale[i] · x row i (int8), each product rounded once to float
      (the int8 value is exact in float): how the int8 entry point dequantises a block of K
      or V rows, which lie contiguous (width apart) in x and in y.
+   widen_q4: y (rows, width) = each value of the int4 rows x (int4_row_bytes(width) bytes
+     a row, two codes a byte) times its group's scale (int4_row_scales(width) a row), one
+     rounding: the int4 entry point's, likewise.
    narrow_bf16, narrow_f16: y[i] = x[i] rounded to nearest even, as bits (f32_to_bf16,
      f32_to_f16): how a 16-bit entry point stores an output row when asked to. */
 struct convert_ops {
     void (*widen_bf16)(const uint16_t *x, int64_t n, float *y);
     void (*widen_f16)(const uint16_t *x, int64_t n, float *y);
     void (*widen_q8)(const int8_t *x, const float *scale, int64_t rows, int64_t width, float *y);
+    void (*widen_q4)(const uint8_t *x, const float *scale, int64_t rows, int64_t width, float *y);
     void (*narrow_bf16)(const float *x, int64_t n, uint16_t *y);
     void (*narrow_f16)(const float *x, int64_t n, uint16_t *y);
 };

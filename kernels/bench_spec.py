@@ -146,7 +146,7 @@ PEER_ACCURACY_DTYPES = HALF_DTYPES
 # CACHE_GENERATED tokens after a CACHE_PROMPT-token prompt (the cache growing in place);
 # CacheFidelity: each format's output error against float64 (kernels.decode.fidelity):
 # one step at CACHE_SEQ_LEN, and the largest over a CACHE_FIDELITY_STEPS-step decode.
-CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8")
+CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")
 CACHE_KV_HEADS = (8, 2)
 CACHE_SEQ_LEN = 65536
 CACHE_KERNELS = TILED if QUICK else ("numpy", *TILED)  # numpy widens 65,536 tokens a call: slow

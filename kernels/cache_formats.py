@@ -9,6 +9,17 @@ memory bandwidth: the way down is fewer bytes per token.  One row per format:
                        (1 byte per element, plus 4 bytes per row of d): the row x is kept
                        as scale = max|x| / 127 and codes round(x / scale) in [-127, 127];
                        an element's error is at most scale / 2 = max|x| / 254
+    int4               symmetric 4-bit codes in [-7, 7], two to a byte, with one float32
+                       scale per group of INT4_GROUP = 32 elements of a row (as ggml's
+                       Q4_0 and ONNX Runtime's 4-bit caches group them): half a byte per
+                       element plus 4 bytes per group (d = 64: 40 bytes a row, against
+                       68 for int8 and 256 for float32); an element's error is at most
+                       scale / 2 = max|x_group| / 14, 18 times int8's
+
+How a row is stored: the codes offset by 8 (so 1 to 15, 8 for 0) in the byte's nibbles,
+element 2i in the low nibble of byte i and element 2i + 1 in the high one (a last odd
+element's partner is 8: a zero), ceil(d / 2) bytes; the scales of its ceil(d / 32) groups,
+the last one shorter when 32 does not divide d, beside them.
 
 Why per token for the keys too (KIVI quantises keys per channel, values per token):
 ``kernels.decode.fidelity.key_granularity`` measures both.  Per-channel scales suit keys
@@ -20,9 +31,9 @@ reads a row's codes and its one scale together.  The price: where channels diffe
 range, per token loses accuracy (the report's table: on keys with a few wide channels,
 per channel was several times more accurate; on even keys the two were of one order).
 
-A row holding NaN or ±Inf gets the scale NaN: every element of it reads back as NaN, so
-the queries that see the token give NaN, where float64 gives NaN (a NaN or infinite key
-makes the score NaN or ±Inf) or ±Inf (an infinite value).
+A row (int4: a group) holding NaN or ±Inf gets the scale NaN: every element of it reads
+back as NaN, so the queries that see the token give NaN, where float64 gives NaN (a NaN or
+infinite key makes the score NaN or ±Inf) or ±Inf (an infinite value).
 """
 from dataclasses import dataclass
 
@@ -31,33 +42,65 @@ import numpy as np
 from . import dtypes
 
 INT8_LEVELS = 127  # codes in [-127, 127]: symmetric, so -x is stored as exactly -codes(x)
+INT4_LEVELS = 7    # codes in [-7, 7], likewise
+INT4_GROUP = 32    # elements of a row per int4 scale
+INT4_OFFSET = 8    # a nibble holds code + 8
 
 
 @dataclass(frozen=True)
 class CacheFormat:
     name: str
     bits: int                  # per stored element
-    scaled: bool = False       # one float32 scale per cached row (token and head)
+    levels: int = 0            # symmetric integer codes in [-levels, levels]; 0: a float type
+    group: int = 0             # elements per float32 scale along a row; 0: the whole row
+
+    @property
+    def scaled(self):
+        """Whether the format keeps integer codes with float32 scales."""
+        return self.levels > 0
 
     @property
     def dtype(self):
-        """The stored element type (ml_dtypes' bfloat16 imported on first use)."""
-        return np.dtype(np.int8) if self.scaled else dtypes.float_type(self.name).dtype
+        """The stored element type: int8 codes, uint8 bytes of two int4 codes, or a float
+        type (ml_dtypes' bfloat16 imported on first use)."""
+        if self.scaled:
+            return np.dtype(np.int8 if self.bits == 8 else np.uint8)
+        return dtypes.float_type(self.name).dtype
+
+    def stored_width(self, width):
+        """Stored elements (bytes, for int4: ceil(width / 2)) of a row of ``width`` values."""
+        return -(-width * self.bits // (8 * self.dtype.itemsize))
+
+    def scales_per_row(self, width):
+        """Float32 scales of a row of ``width`` values: 0, 1 (per row) or one per group."""
+        if not self.scaled:
+            return 0
+        return -(-width // self.group) if self.group else 1
+
+    def scales_shape(self, width):
+        """The trailing shape of a row's scales: () for one a row, (groups,) for int4."""
+        return (self.scales_per_row(width),) if self.group else ()
 
     def row_bytes(self, width):
-        """Bytes one cached row of ``width`` elements takes, its scale included."""
-        return width * self.bits // 8 + (4 if self.scaled else 0)
+        """Bytes one cached row of ``width`` elements takes, its scales included."""
+        return self.stored_width(width) * self.dtype.itemsize + 4 * self.scales_per_row(width)
 
     def encode(self, x):
         """(codes, scales) of x (..., width): x in the stored type (scales None), or int8
-        codes and float32 scales (...,).  New arrays; x is never modified."""
+        codes and float32 scales (...,), or int4 bytes (..., ceil(width / 2)) and scales
+        (..., groups).  New arrays; x is never modified."""
         if not self.scaled:
             return x.astype(self.dtype), None
-        return quantise_int8(x)
+        return quantise_int4(x) if self.bits == 4 else quantise_int8(x)
 
-    def decode(self, codes, scales, dtype=np.float32):
-        """The values a kernel reads: codes widened (exactly) to ``dtype``, times their row's
-        scale for int8, each product rounded once to ``dtype``, as the kernels round it."""
+    def decode(self, codes, scales, dtype=np.float32, width=None):
+        """The values a kernel reads: codes widened (exactly) to ``dtype``, times their
+        row's (int4: group's) scale, each product rounded once to ``dtype``, as the kernels
+        round it.  ``width``: int4's row width (default: every nibble, 2 · the bytes)."""
+        if self.bits == 4:
+            codes = unpack_int4(codes, width)
+            groups = np.repeat(scales, self.group, axis=-1)[..., :codes.shape[-1]]
+            return codes.astype(dtype) * groups.astype(dtype)
         wide = codes.astype(dtype)
         if self.scaled:
             wide *= scales[..., None].astype(dtype)
@@ -66,9 +109,10 @@ class CacheFormat:
 
 FORMATS = {row.name: row for row in (
     CacheFormat("float64", 64), CacheFormat("float32", 32), CacheFormat("float16", 16),
-    CacheFormat("bfloat16", 16), CacheFormat("int8", 8, scaled=True),
+    CacheFormat("bfloat16", 16), CacheFormat("int8", 8, levels=INT8_LEVELS),
+    CacheFormat("int4", 4, levels=INT4_LEVELS, group=INT4_GROUP),
 )}
-NARROW = ("float16", "bfloat16", "int8")  # the formats narrower than float32
+NARROW = ("float16", "bfloat16", "int8", "int4")  # the formats narrower than float32
 
 
 def cache_format(name):
@@ -80,19 +124,55 @@ def cache_format(name):
 
 
 @np.errstate(invalid="ignore", divide="ignore")
-def quantise_int8(x, axis=-1):
+def quantise_int8(x, axis=-1, levels=INT8_LEVELS):
     """Symmetric int8 codes of x and one float32 scale per slice along ``axis`` (the
     reduced axis: -1, per token, for a cache's rows (..., n, d); -2 per channel):
-    scale = max|x| / 127, codes = round(x / scale).  An all-zero slice gets scale 0 and
-    codes 0; one holding NaN or ±Inf, scale NaN and codes 0 (it reads back as NaN).
-    Returns codes (x's shape, int8) and scales (x's shape without ``axis``)."""
+    scale = max|x| / levels, codes = round(x / scale) in ±levels (127; int4's 7).  An
+    all-zero slice gets scale 0 and codes 0; one holding NaN or ±Inf, scale NaN and codes
+    0 (it reads back as NaN).  Returns codes (x's shape, int8) and scales (x's shape
+    without ``axis``)."""
     x = np.asarray(x, np.float32)
     top = np.max(np.abs(x), axis=axis, keepdims=True)
     finite = np.isfinite(top)
-    scales = np.where(finite, top / INT8_LEVELS, np.nan).astype(np.float32)
+    scales = np.where(finite, top / np.float32(levels), np.nan).astype(np.float32)
     ratio = np.where(finite & (scales > 0), x / np.where(scales > 0, scales, 1), 0)
-    codes = np.clip(np.rint(ratio), -INT8_LEVELS, INT8_LEVELS).astype(np.int8)
+    codes = np.clip(np.rint(ratio), -levels, levels).astype(np.int8)
     return codes, np.squeeze(scales, axis)
+
+
+def quantise_int4(x):
+    """int4 codes of the rows x (..., width) and their scales: each group of INT4_GROUP
+    elements quantised as ``quantise_int8`` with 7 levels (scale = max|x_group| / 7; the
+    last group shorter when 32 does not divide width), the codes packed two to a byte
+    (``pack_int4``).  Returns bytes (..., ceil(width / 2)) uint8 and scales (..., groups)
+    float32."""
+    x = np.asarray(x, np.float32)
+    width = x.shape[-1]
+    groups = -(-width // INT4_GROUP)
+    padded = np.zeros((*x.shape[:-1], groups * INT4_GROUP), np.float32)
+    padded[..., :width] = x   # zeros change no group's max|x|
+    codes, scales = quantise_int8(padded.reshape(*x.shape[:-1], groups, INT4_GROUP), levels=INT4_LEVELS)
+    return pack_int4(codes.reshape(padded.shape)[..., :width]), scales
+
+
+def pack_int4(codes):
+    """Codes (..., width) in [-7, 7] packed two to a byte, each plus 8: element 2i in the
+    low nibble of byte i, 2i + 1 in the high one (a last odd element's partner 8, a zero).
+    Returns (..., ceil(width / 2)) uint8."""
+    codes = np.asarray(codes, np.int16) + INT4_OFFSET
+    if codes.shape[-1] % 2:
+        codes = np.concatenate([codes, np.full((*codes.shape[:-1], 1), INT4_OFFSET, np.int16)], axis=-1)
+    return (codes[..., 0::2] | codes[..., 1::2] << 4).astype(np.uint8)
+
+
+def unpack_int4(packed, width=None):
+    """The codes (..., width) int8 of bytes packed by ``pack_int4`` (width: default
+    every nibble, 2 · bytes)."""
+    packed = np.asarray(packed, np.uint8)
+    codes = np.empty((*packed.shape[:-1], 2 * packed.shape[-1]), np.int8)
+    codes[..., 0::2] = (packed & 15).astype(np.int8) - INT4_OFFSET
+    codes[..., 1::2] = (packed >> 4).astype(np.int8) - INT4_OFFSET
+    return codes[..., :codes.shape[-1] if width is None else width]
 
 
 def query_levels(d):

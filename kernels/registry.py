@@ -12,9 +12,11 @@ Every rung lives in its own module exposing
         16-bit type itself, each row rounded to nearest even as it is stored (float32 out is
         still taken: a 16-bit KV cache's attention returns it).  Writes all of out.
 
-and, if it reads an int8 KV cache in place (``kernels.decode``), ``run_int8(q, k,
-k_scales, v, v_scales, out, causal, scale)``: q float32, k and v int8 with one float32
-scale per cached row, k_scales (B_kv, n_k).
+and, for each scaled KV cache format it reads in place (``quantised_caches``,
+``kernels.decode``), ``run_int8(q, k, k_scales, v, v_scales, out, causal, scale)``: q
+float32, k and v int8 with one float32 scale per cached row, k_scales (B_kv, n_k); and
+``run_int4`` alike on int4's bytes (B_kv, n_k, ceil(d / 2)) and group scales (B_kv, n_k,
+groups).
 
 and, for a peer that keeps a KV cache in a format of its own library's layout (``own_caches``),
 ``cache_decoder(cache_format, keys, values, heads, scale)``: keys (B_kv, n, d) and values
@@ -62,7 +64,7 @@ class Kernel:
     max_scores: Optional[int] = None  # cap on batch * n_q * n_k (the naive loops)
     contiguous: bool = True           # needs C-contiguous inputs (copies otherwise)
     strided_kv: bool = False          # but reads k and v with any head stride (kv_layout)
-    int8_cache: bool = False          # reads an int8 KV cache in place (run_int8)
+    quantised_caches: tuple = ()      # scaled KV cache formats read in place (run_int8, run_int4)
     int8_query_rows: int = 0          # and quantises the queries of calls of up to this many
                                       # rows per head (decode steps) to int8 for integer Q·Kᵀ
     own_caches: tuple = ()            # cache formats a peer keeps in its own layout (cache_decoder)
@@ -113,15 +115,16 @@ class Kernel:
     def cache_refusal(self, cache_format):
         """Why this kernel does not attend a KV cache stored as ``cache_format`` (a name of
         ``kernels.cache_formats``), or None when it does: a 16-bit cache through its 16-bit
-        path, an int8 one read in place (``int8_cache``), one a peer keeps in its library's own
-        layout (``own_caches``), or widened first by a rung of ours."""
+        path, an int8 or int4 one read in place (``quantised_caches``), one a peer keeps in its
+        library's own layout (``own_caches``), or widened first by a rung of ours."""
         if cache_format in self.own_caches:
             return None
-        if cache_format != "int8":
+        if cache_format not in ("int8", "int4"):
             return self.refusal(cache_format)
-        if self.int8_cache or not self.external:
+        if cache_format in self.quantised_caches or not self.external:
             return None
-        return f"{self.name} takes no int8 KV cache (its library has no attention over int8 keys and values)"
+        return (f"{self.name} takes no {cache_format} KV cache (its library has no attention over "
+                f"{cache_format} keys and values)")
 
     @property
     def cap(self):
@@ -153,7 +156,7 @@ def _build():
             "O(n·d)",
             "kernels.rungs.rung3_numba_tiled",
             strided_kv=True,
-            int8_cache=True,
+            quantised_caches=("int8",),
             writes_half=True,
         ),
         Kernel(
@@ -162,7 +165,7 @@ def _build():
             "O(n·d)",
             "kernels.rungs.rung4_c_tiled",
             strided_kv=True,
-            int8_cache=True,
+            quantised_caches=("int8", "int4"),
             int8_query_rows=4,  # csrc/tiles.h DECODE_MAX_QUERIES (rung4_c_tiled.DECODE_MAX_QUERIES)
             writes_half=True,
         ),

@@ -1,4 +1,4 @@
-"""KV caches in fewer bytes: grouped K/V heads and the float16, bfloat16 and int8 formats,
+"""KV caches in fewer bytes: grouped K/V heads and the float16, bfloat16, int8 and int4 formats,
 each decode step held against float64 recomputation over the values the cache stores,
 on every kernel that takes the format (and a clear refusal from every one that does not)."""
 import re
@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 import kernels
-from kernels.cache_formats import FORMATS, INT8_LEVELS, cache_format, decode_queries, quantise_int8
+from kernels.cache_formats import (FORMATS, INT4_GROUP, INT4_LEVELS, INT8_LEVELS, cache_format, decode_queries,
+                                    pack_int4, quantise_int4, quantise_int8, unpack_int4)
 from kernels.harness import Case, compare, error_budget
 from kernels.reference import reference_attention
 
-CACHE_FORMATS = ("float32", "float16", "bfloat16", "int8")
+CACHE_FORMATS = ("float32", "float16", "bfloat16", "int8", "int4")
 HEADS, HEAD_DIM, HEAD_DIM_V = 4, 16, 24
 CAUSAL = Case("cache", (HEADS,), 1, 1, HEAD_DIM, HEAD_DIM_V, causal=True)  # error_budget reads .causal
 
@@ -29,7 +30,7 @@ def held_to(cache, q, kernel_name):
     keys as integers: ``Kernel.int8_query_rows``), the keys and values as stored, the type
     whose budget applies (the 16-bit type's: its kernels may round P in it)."""
     fmt = cache.format
-    if fmt.scaled and q.shape[1] <= kernels.KERNELS[kernel_name].int8_query_rows:
+    if fmt.name == "int8" and q.shape[1] <= kernels.KERNELS[kernel_name].int8_query_rows:
         q = decode_queries(q)
     if fmt.scaled or fmt.name == "float32":
         keys, values = cache.dequantised()
@@ -118,7 +119,7 @@ def test_the_registry_names_the_caches_each_peer_keeps():
             assert record.own_caches == getattr(record.implementation, "CACHE_FORMATS", ()), record.name
 
 
-@pytest.mark.parametrize("cache_dtype", ["float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("cache_dtype", ["float16", "bfloat16", "int8", "int4"])
 def test_a_nan_key_reaches_exactly_the_queries_that_see_it(own_kernel_name, cache_dtype):
     q, k, v = tokens(12, 2)
     k[1, 6, 3] = np.nan
@@ -136,16 +137,19 @@ def test_the_cache_stores_each_format_in_its_bytes(cache_dtype):
     cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, kv_heads=2, cache_dtype=cache_dtype)
     cache.append(k, v)
     fmt = cache_format(cache_dtype)
-    assert cache.keys.dtype == fmt.dtype and cache.keys.shape == (2, 10, HEAD_DIM)
-    per_row = fmt.bits // 8
-    scales = 4 if fmt.scaled else 0
-    assert cache.nbytes == 10 * 2 * (HEAD_DIM * per_row + scales + HEAD_DIM_V * per_row + scales)
+    stored_width = HEAD_DIM // 2 if cache_dtype == "int4" else HEAD_DIM   # two codes a byte
+    assert cache.keys.dtype == fmt.dtype and cache.keys.shape == (2, 10, stored_width)
+    # bytes a row: the elements' and 4 per scale (int8: one a row; int4: one per 32, so one at
+    # d = 16 and one at d_v = 24)
+    per_row = {"float32": 4 * 40, "float16": 2 * 40, "bfloat16": 2 * 40, "int8": 40 + 8, "int4": 20 + 8}
+    assert cache.nbytes == 10 * 2 * per_row[cache_dtype]
     keys, values = cache.dequantised()
-    assert keys.dtype == values.dtype == np.float32
-    # each element within what its format promises: half an int8 step, or a 16-bit rounding
+    assert keys.dtype == values.dtype == np.float32 and keys.shape == k.shape and values.shape == v.shape
+    # each element within what its format promises: half a step (int8: max|row| / 127; int4:
+    # max|group| / 7, a group being a whole row at these widths), or a 16-bit rounding
     for stored, given in ((keys, k), (values, v)):
         if fmt.scaled:
-            bound = np.abs(given).max(axis=-1, keepdims=True) / (2 * INT8_LEVELS)
+            bound = np.abs(given).max(axis=-1, keepdims=True) / (2 * fmt.levels)
         else:
             bound = np.abs(given) * float(np.finfo(fmt.dtype).eps) / 2 if fmt.bits < 32 else 0
         assert (np.abs(stored - given) <= bound * (1 + 1e-6)).all()
@@ -164,7 +168,59 @@ def test_int8_codes_are_symmetric_and_zero_and_nonfinite_rows_are_kept_apart():
     assert per_channel_scales.shape == (3,) and per_channel_codes.shape == (2, 3)
 
 
-@pytest.mark.parametrize("cache_dtype", ["float16", "int8"])
+def test_int4_codes_are_packed_two_to_a_byte_as_documented():
+    """kernels.cache_formats: element 2i in byte i's low nibble, 2i + 1 in its high one, each
+    code plus 8; a last odd element's partner is 8 (a zero)."""
+    codes = np.array([[-7, 7, 0, 1, -1]], np.int8)
+    packed = pack_int4(codes)
+    assert packed.dtype == np.uint8 and packed.tolist() == [[1 | 15 << 4, 8 | 9 << 4, 7 | 8 << 4]]
+    np.testing.assert_array_equal(unpack_int4(packed, 5), codes)
+    np.testing.assert_array_equal(unpack_int4(packed), np.append(codes, 0)[None])
+
+
+def test_int4_groups_are_quantised_apart_symmetric_and_nonfinite_groups_kept_apart():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 70), dtype=np.float32)   # groups of 32, 32 and 6
+    x[1, 3] = np.nan
+    x[2, 69] = np.inf
+    x[3, 32:64] = 0
+    packed, scales = quantise_int4(x)
+    assert packed.shape == (4, 35) and scales.shape == (4, 3)
+    tops = [np.abs(x[:, g * INT4_GROUP:(g + 1) * INT4_GROUP]).max(axis=-1) for g in range(3)]
+    np.testing.assert_array_equal(scales[0], np.float32([top[0] for top in tops]) / np.float32(INT4_LEVELS))
+    assert np.isnan(scales[1, 0]) and np.isfinite(scales[1, 1:]).all()    # only the NaN's group
+    assert np.isnan(scales[2, 2]) and np.isfinite(scales[2, :2]).all()
+    assert scales[3, 1] == 0
+    values = FORMATS["int4"].decode(packed, scales, width=70)
+    assert np.isnan(values[1, :32]).all() and np.isnan(values[2, 64:]).all() and (values[3, 32:64] == 0).all()
+    finite = np.isfinite(values)
+    bound = np.repeat(scales, INT4_GROUP, axis=-1)[:, :70] / 2
+    assert (np.abs(values - x)[finite] <= bound[finite] * (1 + 1e-6)).all()
+    minus_packed, minus_scales = quantise_int4(-x[:1])
+    np.testing.assert_array_equal(unpack_int4(minus_packed, 70), -unpack_int4(packed[:1], 70))
+    np.testing.assert_array_equal(minus_scales, scales[:1])
+
+
+@pytest.mark.parametrize("d, d_v", [(1, 1), (5, 33), (64, 64), (70, 96)])
+def test_c_tiled_reads_an_int4_cache_as_float32_reads_its_values(d, d_v):
+    """run_int4, in place and on odd widths and a short last group: bit for bit c_tiled's
+    float32 call on the dequantised cache, decoding (1 and 3 queries) and in query tiles
+    (9 queries); its layout errors named."""
+    rng = np.random.default_rng(d)
+    cache = kernels.KVCache(4, d, head_dim_v=d_v, kv_heads=2, cache_dtype="int4", capacity=8)
+    cache.append(rng.standard_normal((2, 150, d), dtype=np.float32), rng.standard_normal((2, 150, d_v), dtype=np.float32))
+    keys, values = cache.dequantised()
+    for t in (1, 3, 9):
+        q = rng.standard_normal((4, t, d), dtype=np.float32)
+        expected = kernels.attention(q, keys, values, kernel="c_tiled", causal=True)
+        np.testing.assert_array_equal(cache.attend(q, kernel="c_tiled"), expected)
+    run_int4 = kernels.KERNELS["c_tiled"].implementation.run_int4
+    out = np.empty((4, 1, d_v), np.float32)
+    with pytest.raises(ValueError, match=r"k_scale must be \(B_kv, n_k, "):
+        run_int4(q[:, :1], cache.keys, cache.key_scales[..., :0], cache.values, cache.value_scales, out, True, 1.0)
+
+
+@pytest.mark.parametrize("cache_dtype", ["float16", "int8", "int4"])
 def test_a_failed_append_leaves_a_narrow_cache_as_it_was(cache_dtype):
     _, k, v = tokens(3, 2)
     cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, kv_heads=2, cache_dtype=cache_dtype, capacity=3)
@@ -182,8 +238,10 @@ def test_a_failed_append_leaves_a_narrow_cache_as_it_was(cache_dtype):
 @pytest.mark.parametrize("args, error, match", [
     (dict(heads=8, head_dim=8, kv_heads=3), ValueError, "kv_heads = 3 must divide heads = 8"),
     (dict(heads=8, head_dim=8, kv_heads=0), ValueError, "kv_heads must be a positive integer"),
-    (dict(heads=2, head_dim=8, cache_dtype="int4"), ValueError, "unknown KV cache format 'int4'; known: float64"),
+    (dict(heads=2, head_dim=8, cache_dtype="int2"), ValueError, "unknown KV cache format 'int2'; known: float64"),
     (dict(heads=2, head_dim=8, dtype=np.float64, cache_dtype="int8"), ValueError,
+     "a float64 cache is stored as float64 only"),
+    (dict(heads=2, head_dim=8, dtype=np.float64, cache_dtype="int4"), ValueError,
      "a float64 cache is stored as float64 only"),
 ])
 def test_bad_grouping_or_format_is_a_clear_error(args, error, match):
@@ -195,4 +253,4 @@ def test_repr_and_sizes_name_the_grouping_and_format():
     cache = kernels.KVCache(8, 64, kv_heads=2, cache_dtype="int8", capacity=16)
     assert repr(cache) == ("KVCache(heads=8, kv_heads=2, head_dim=64, dtype=float32, cache_dtype=int8, "
                            "tokens=0, capacity=16)")
-    assert set(FORMATS) == {"float64", "float32", "float16", "bfloat16", "int8"}
+    assert set(FORMATS) == {"float64", "float32", "float16", "bfloat16", "int8", "int4"}

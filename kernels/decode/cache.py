@@ -10,8 +10,9 @@ the ways down are fewer bytes per cached token (§11.2):
 - fewer K/V heads than query heads (grouped-query attention, ``kv_heads``): each K/V head
   serves heads / kv_heads query heads and is read once for all of them;
 - a narrower format (``cache_dtype``, ``kernels.cache_formats``): float16 or bfloat16
-  (2 bytes per element), or int8 codes with one float32 scale per token and head (1 byte,
-  plus 4 per row).
+  (2 bytes per element), int8 codes with one float32 scale per token and head (1 byte,
+  plus 4 per row), or int4 codes, two to a byte, with a float32 scale per 32 elements of
+  a row (half a byte, plus 4 per group).
 
     cache = KVCache(heads=8, head_dim=64, kv_heads=2, cache_dtype="int8")
     cache.append(k, v)                  # (kv_heads, t, head_dim) each, t new tokens
@@ -20,8 +21,8 @@ the ways down are fewer bytes per cached token (§11.2):
 What each format costs in accuracy (``kernels.decode.fidelity``; the report's fidelity
 table has the figures of a 65,536-token cache and of a 1,000-step decode): the error of
 the output against float64 on the float32 values is that of the stored values, so a step
-reads errors of the order of float16's 2**-11, bfloat16's 2**-8 and int8's
-max|x| / 254 per element, averaged by the softmax; the entries, once stored, never change,
+reads errors of the order of float16's 2**-11, bfloat16's 2**-8, int8's max|x| / 254 and
+int4's max|x_group| / 14 per element, averaged by the softmax; the entries, once stored, never change,
 so the error does not grow with the steps (it tracks the cache's contents, not their number).
 
 How the kernels read it: ``numba_tiled`` and ``c_tiled`` read every format in place,
@@ -31,8 +32,10 @@ new queries rounded to the cache's type too (as engines with such caches do: one
 in, float32 accumulation inside), the result left in float32.  On an int8 cache
 ``c_tiled`` quantises a step's queries to int16 (per row) and multiplies them with the
 keys as integers (``kernels.cache_formats.decode_queries``): a score moves by at most
-|scale| · max|q_row| / 65534 · Σ_c |k_jc| more, a 256th of the keys' own rounding.  ``numpy`` and ``naive``
-widen the whole cache first (O(n·d) more bytes, which their times show).
+|scale| · max|q_row| / 65534 · Σ_c |k_jc| more, a 256th of the keys' own rounding.  An
+int4 cache ``c_tiled`` reads in place, a block of rows dequantised at a time; the other
+kernels, and ``numpy`` and ``naive`` for every scaled format, widen the whole cache first
+(O(n·d) more bytes, which their times show; ``Kernel.quantised_caches`` says which).
 
 The buffers are preallocated and doubled when full, so appending costs amortised O(d)
 per token and a head's cached rows stay one strided view, which ``numba_tiled`` and
@@ -56,11 +59,13 @@ class KVCache:
 
     ``heads``: query heads; ``kv_heads`` (default ``heads``) must divide it.  ``dtype``
     (float32 or float64): what append takes and attend returns.  ``cache_dtype`` (default
-    ``dtype``): the stored format, ``dtype`` itself or, for float32, "float16", "bfloat16"
-    or "int8".  ``capacity``: tokens to preallocate (default 256); the buffers double when
-    full.  ``len(cache)`` is n; ``keys`` and ``values`` are read-only views of the stored
-    part (int8 codes for an int8 cache, whose ``key_scales`` and ``value_scales``
-    (kv_heads, n) hold the scales); ``dequantised()`` gives them back in ``dtype``.
+    ``dtype``): the stored format, ``dtype`` itself or, for float32, "float16", "bfloat16",
+    "int8" or "int4".  ``capacity``: tokens to preallocate (default 256); the buffers
+    double when full.  ``len(cache)`` is n; ``keys`` and ``values`` are read-only views of
+    the stored part (int8 codes for an int8 cache, whose ``key_scales`` and
+    ``value_scales`` (kv_heads, n) hold the scales; for int4, (kv_heads, n, ceil(head_dim
+    / 2)) bytes of two codes each and scales (kv_heads, n, groups)); ``dequantised()``
+    gives them back in ``dtype``.
     """
 
     def __init__(self, heads, head_dim, *, dtype=np.float32, capacity=None, head_dim_v=None,
@@ -101,27 +106,31 @@ class KVCache:
 
     @property
     def cache_dtype(self):
-        """The stored element type: float32, float64, float16, bfloat16 or int8."""
+        """The stored element type: float32, float64, float16, bfloat16, int8 or (int4's
+        bytes of two codes) uint8."""
         return self.format.dtype
 
     @property
     def keys(self):
-        """The cached keys as stored, (kv_heads, n, head_dim): a read-only view."""
+        """The cached keys as stored, (kv_heads, n, head_dim) (int4: ceil(head_dim / 2)
+        bytes): a read-only view."""
         return self._view(self._buffers[0])
 
     @property
     def values(self):
-        """The cached values as stored, (kv_heads, n, head_dim_v): a read-only view."""
+        """The cached values as stored, (kv_heads, n, head_dim_v) (int4: ceil(head_dim_v
+        / 2) bytes): a read-only view."""
         return self._view(self._buffers[1])
 
     @property
     def key_scales(self):
-        """An int8 cache's key scales (kv_heads, n), float32, a read-only view; else None."""
+        """A scaled cache's key scales, float32, a read-only view: int8's (kv_heads, n),
+        int4's (kv_heads, n, groups); else None."""
         return self._view(self._buffers[2]) if self.format.scaled else None
 
     @property
     def value_scales(self):
-        """An int8 cache's value scales (kv_heads, n), float32, a read-only view; else None."""
+        """A scaled cache's value scales, as ``key_scales``; else None."""
         return self._view(self._buffers[3]) if self.format.scaled else None
 
     @property
@@ -132,12 +141,12 @@ class KVCache:
 
     def dequantised(self):
         """(keys, values) as a kernel reads them, in ``dtype``: new arrays, O(n · d)."""
-        return (self.format.decode(self.keys, self.key_scales, self.dtype),
-                self.format.decode(self.values, self.value_scales, self.dtype))
+        return (self.format.decode(self.keys, self.key_scales, self.dtype, self.head_dim),
+                self.format.decode(self.values, self.value_scales, self.dtype, self.head_dim_v))
 
     def append(self, k, v):
         """Add t new tokens: k (kv_heads, t, head_dim), v (kv_heads, t, head_dim_v), of
-        ``dtype``; stored in the cache's format (rounded, or quantised per token).
+        ``dtype``; stored in the cache's format (rounded, or quantised per token or group).
 
         Everything is checked, encoded and any larger buffer allocated before the cache
         changes: a failed append leaves it as it was.  Amortised O(t · kv_heads · d).
@@ -182,15 +191,15 @@ class KVCache:
         refusal = record.cache_refusal(self.format.name)
         if refusal:
             raise ValueError(f"kernel {kernel!r} does not take this cache: {refusal}")
-        if not record.int8_cache:  # ours without an int8 path: widened first, whole
+        if self.format.name not in record.quantised_caches:  # ours without its path: widened first, whole
             keys, values = self.dequantised()
             return attention(q, keys, values, kernel=kernel, causal=True, scale=scale)
         scale = checked_scale(scale, self.head_dim)
         if q.shape[1] == 0:
             raise ValueError(f"q must hold at least one query, got shape {q.shape}")
         out = np.empty((self.heads, q.shape[1], self.head_dim_v), np.float32)
-        record.implementation.run_int8(np.ascontiguousarray(q), self.keys, self.key_scales, self.values,
-                                       self.value_scales, out, True, scale)
+        run = getattr(record.implementation, f"run_{self.format.name}")
+        run(np.ascontiguousarray(q), self.keys, self.key_scales, self.values, self.value_scales, out, True, scale)
         return out
 
     def decoder(self, kernel="c_tiled", *, scale=None):
@@ -250,17 +259,17 @@ class KVCache:
                              f"= ({heads}, t, {width}), got {array.shape}")
 
     def _allocate(self, capacity):
-        """Empty key and value buffers (and int8 scales) for ``capacity`` tokens; MemoryError
-        before allocating when they would not fit."""
+        """Empty key and value buffers (and their scales) for ``capacity`` tokens;
+        MemoryError before allocating when they would not fit."""
         needed = capacity * self.kv_heads * self._token_bytes()
         require_memory(needed, lambda needed, available: (
             f"a KV cache of {capacity:,} tokens × {self.kv_heads} K/V heads ({self.format.name}) needs "
             f"{format_bytes(needed)}, but only {format_bytes(available)} is available"))
-        stored = self.format.dtype
-        buffers = [np.empty((self.kv_heads, capacity, self.head_dim), stored),
-                   np.empty((self.kv_heads, capacity, self.head_dim_v), stored)]
-        if self.format.scaled:
-            buffers += [np.empty((self.kv_heads, capacity), np.float32) for _ in range(2)]
+        fmt, widths = self.format, (self.head_dim, self.head_dim_v)
+        buffers = [np.empty((self.kv_heads, capacity, fmt.stored_width(width)), fmt.dtype) for width in widths]
+        if fmt.scaled:
+            buffers += [np.empty((self.kv_heads, capacity, *fmt.scales_shape(width)), np.float32)
+                        for width in widths]
         return buffers
 
     def _view(self, buffer):

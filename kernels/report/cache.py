@@ -2,7 +2,7 @@
 ``CacheGenerate``, ``CacheFidelity``, ``KeyGranularity``): decoding one token reads the
 whole KV cache, so its time is the cache's bytes over the memory bandwidth, and the way
 down is fewer bytes per cached token: fewer K/V heads (grouped-query attention) and
-narrower formats (16-bit, int8).  The main figure puts every kernel, format and grouping
+narrower formats (16-bit, int8, int4).  The main figure puts every kernel, format and grouping
 on one line of time against bytes, whose slope is the bandwidth."""
 import math
 
@@ -72,6 +72,22 @@ def cache_error(run, cache_dtype, error):
     return run.value(spec.CACHE_ERROR, cache_dtype=cache_dtype, error=error)
 
 
+def generate_speedup(run, kernel, cache_dtype, kv_heads):
+    """CacheGenerate's seconds on the float32 cache of 8 K/V heads ÷ on this one."""
+    seconds = [run.value(spec.CACHE_GENERATE, kernel=kernel, cache_dtype=c, kv_heads=h)
+               for c, h in (BASELINE, (cache_dtype, kv_heads))]
+    return ratio(*seconds)
+
+
+def element_bytes(name):
+    """What an element of the format takes, in words: "4", "1 + 4 per row", "0.5 + 4 per 32"."""
+    fmt = FORMATS[name]
+    size = f"{fmt.bits / 8:g}"
+    if not fmt.scaled:
+        return size
+    return size + (f" + 4 per {fmt.group}" if fmt.group else " + 4 per row")
+
+
 def cache(run):
     bandwidth = run.value(spec.READ_BANDWIDTH)
     speeds = Table("cache_formats", (
@@ -112,8 +128,7 @@ def cache(run):
         Column("cache_dtype", "format"), Column("bytes_per_element", "bytes per element (+ scales)"),
         Column("step", f"one step, n = {spec.CACHE_SEQ_LEN:,}", lambda v: f"{v:.2e}"),
         Column("decode", f"largest over {spec.CACHE_FIDELITY_STEPS:,} steps", lambda v: f"{v:.2e}")),
-        [[name, f"{FORMATS[name].bits // 8}" + (" + 4 per row" if FORMATS[name].scaled else ""),
-          cache_error(run, name, "step"), cache_error(run, name, "decode")]
+        [[name, element_bytes(name), cache_error(run, name, "step"), cache_error(run, name, "decode")]
          for name in spec.CACHE_DTYPES if not missing(cache_error(run, name, "step"))])
     granularity = Table("key_granularity", (
         Column("keys", "keys"), Column("per_token", "int8 keys per token", lambda v: f"{v:.2e}"),
@@ -131,9 +146,11 @@ def cache(run):
         "every current engine: fewer K/V heads than query heads (grouped-query attention: each K/V "
         "head serves a group of query heads and is read once for all of them), and narrower formats "
         "(`KVCache(..., kv_heads=, cache_dtype=)`: float16 and bfloat16, 2 bytes per element; int8 "
-        "codes with one float32 scale per token and head, 1 byte plus 4 per row). numba_tiled and "
-        "c_tiled read every format in place, widening a block of rows at a time inside their inner "
-        "loops; numpy widens the whole cache first, and its times show it.",
+        "codes with one float32 scale per token and head, 1 byte plus 4 per row; int4 codes, two to "
+        "a byte, with a float32 scale per 32 values, half a byte plus 4 per 32). c_tiled reads every "
+        "format in place, widening (or multiplying as integers) a block of rows at a time inside "
+        "its inner loops, and numba_tiled every one but int4; numpy (and numba_tiled on int4) "
+        "widens the whole cache first, and its times show it.",
         f"Time per token against the bytes it reads ({SHAPE}): time = bytes ÷ read rate, so on these "
         "log-log axes every point at one read rate lies on one line of slope 1, the faster the lower; "
         "the dotted line is the streaming-read bandwidth measured in the same run "
@@ -161,11 +178,16 @@ def cache(run):
         "float64 attention over the float32 values (largest over the 8 heads; 2 K/V heads; "
         "synthetic keys and values, queries ×3 so that each head retrieves a few tokens), one step "
         "and the largest over a decode in which every step appends one token. The error follows "
-        "the format's step (float16 2⁻¹¹, bfloat16 2⁻⁸, int8 max|x|/254) and does not drift with "
+        "the format's step (float16 2⁻¹¹, bfloat16 2⁻⁸, int8 max|x|/254, int4 max|x|/14 over a group "
+        "of 32) and does not drift with "
         "the steps (a stored entry never changes): the largest over a decode is the tail of one "
         "distribution, whose mean over the last hundred steps stays within a quarter of the first "
         "hundred's (tests/test_cache_fidelity.py).",
         fidelity,
+        "int4's step is 18 times int8's: a score moves by 18 times as much, and a head that "
+        "retrieves a few tokens, as these do, passes its scores' errors on to its few weights. Four "
+        "bits suit the values of heads that blend many tokens better than the keys of heads that "
+        "retrieve: the table gives the price at these heads' sharpness.",
         "Why int8 keys are quantised per token here although KIVI quantises them per channel: "
         "per channel is more accurate where a few channels are much wider than the rest (as in "
         "large language models' keys), but a channel's scale spans many tokens, so an appended "
@@ -184,7 +206,7 @@ def plot_time_against_bytes(run, bandwidth, path):
     fig, ax = pyplot().subplots(figsize=(12, 6))
     fig.suptitle(f"Decode: time per token vs bytes read per token ({SHAPE})", fontsize=10)
     styles = plots.kernel_styles(run)
-    markers = {"float32": "o", "float16": "s", "bfloat16": "D", "int8": "^"}
+    markers = {"float32": "o", "float16": "s", "bfloat16": "D", "int8": "^", "int4": "v"}
     drawn = []
 
     def draw(times, color, label, linestyle, facecolor):

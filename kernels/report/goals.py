@@ -16,7 +16,7 @@ from typing import Callable
 from .. import bench_spec as spec
 from ..output import Column, Table, fmt_count, fmt_number, interval, missing, ratio, text
 from ..spread import bounds
-from .cache import cache_error, cache_speedup, over_fastest_peer, worst_read_fraction
+from .cache import cache_error, cache_speedup, generate_speedup, over_fastest_peer, worst_read_fraction
 from .ceilings import has_bf16_dot_product, peak_fraction
 from .decode import cache_read_fraction
 from .document import Section
@@ -194,7 +194,7 @@ GOALS = (
     *(Goal(kernel + " cached decode time ÷ numpy's, the worst n", _decode_over_numpy(kernel), 1.0, False,
            "with one query the tiled rungs split the keys across threads, never slower than numpy")
       for kernel in spec.TILED),
-    *(Goal(f"{kernel} decode speed on {'an' if cache_dtype == 'int8' else 'a'} {cache_dtype} cache of {kv_heads} "
+    *(Goal(f"{kernel} decode speed on {'an' if cache_dtype.startswith('int') else 'a'} {cache_dtype} cache of {kv_heads} "
            f"K/V heads over the float32 cache of {spec.HEADS} K/V heads, one query, {spec.HEADS} query heads, "
            f"n = {spec.CACHE_SEQ_LEN:,}, all threads, " + SIDE_BY_SIDE,
            lambda run, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads:
@@ -202,7 +202,12 @@ GOALS = (
       for kernel in spec.TILED
       for cache_dtype, kv_heads, target in (("float16", 8, 1.8), ("bfloat16", 8, 1.8), ("int8", 8, 3.0),
                                             ("float32", 2, 3.5),
-                                            ("int8", 2, 10.0 if kernel == "c_tiled" else 6.0))),
+                                            ("int8", 2, 10.0 if kernel == "c_tiled" else 6.0),
+                                            *((("int4", 2, 16.0),) if kernel == "c_tiled" else ()))),
+    Goal(f"c_tiled generating {spec.CACHE_GENERATED:,} tokens after a {spec.CACHE_PROMPT:,}-token prompt: "
+         f"the int4 cache of 2 K/V heads over the float32 cache of {spec.HEADS}",
+         lambda run: generate_speedup(run, "c_tiled", "int4", 2), 8.0, True,
+         "a generation loop gains what the step gains: appending a token is O(d), the step O(n · d)"),
     *(Goal(f"{kernel} decode: the smallest cache read rate ÷ streaming-read bandwidth over every format and "
            f"grouping, n = {spec.CACHE_SEQ_LEN:,}", lambda run, kernel=kernel: worst_read_fraction(run, kernel),
            target, True, "fewer bytes must not mean a slower read: widening and integer products stay hidden "
@@ -217,6 +222,9 @@ GOALS = (
          f"{spec.CACHE_FIDELITY_STEPS:,} steps", lambda run: cache_error(run, "int8", "decode"), 0.015, False,
          "8-bit codes keep about two significant digits of each row; the output must keep them (KIVI's "
          "per-channel keys reach it where a few channels are wide)"),
+    Goal(f"int4 cache: the largest norm-wise relative error of a decode step against float64, over "
+         f"{spec.CACHE_FIDELITY_STEPS:,} steps", lambda run: cache_error(run, "int4", "decode"), 0.06, False,
+         "4-bit codes, a scale per 32 values: the output must keep its first digit"),
     Goal("tiny call (one head, n = 64): c_tiled speed over {peer}, all threads, " + SIDE_BY_SIDE,
          _over(spec.PEER, "c_tiled", "tiny", spec.DECODE_DTYPE), 2.0, True,
          "a call this small should not wake a thread pool: a fixed cost of microseconds"),

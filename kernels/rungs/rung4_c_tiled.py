@@ -86,6 +86,11 @@ P·V 19.5): its 4 query rows per K/V head make 8
 multiply-adds per cached byte, 80 G a second per core at 10 GB/s, beyond the 16 per
 cycle of 2 FMA units (P·V) and what vpmaddwd sustains (Q·Kᵀ: 4.9 cycles per key and row
 at d = 64, rdtsc around qk_rows in L1).
+int4 KV cache (``run_int4``): two codes a byte and a float32 scale per 32 values of a row
+(``kernels.cache_formats``), 40 bytes a row at d = 64 against int8's 68 and float32's 256.
+Read in place and dequantised into per-thread scratch a tile, or a decode block of 64 rows,
+at a time (csrc/convert.c's widen_q4), then computed by the float32 operations, so that
+the result is float32's on the dequantised cache, bit for bit.
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal); decoding is bound
 by the bytes read, B_kv · n_k · (d + d_v) elements (int8: plus 8 bytes of scales a row);
 extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
@@ -121,7 +126,7 @@ DECODE_MAX_QUERIES = int(lib.attn_decode_max_queries())
 # table (looked up by dtype: dtype.name is Python code, microseconds a call)
 _FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer, row.compute)
             for row in FLOATS.values()}
-_F32, _I8 = np.dtype(np.float32), np.dtype(np.int8)
+_F32, _I8, _U8 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8)
 
 
 def run(q, k, v, out, causal, scale):
@@ -156,30 +161,55 @@ def run_int8(q, k, k_scale, v, v_scale, out, causal, scale):
     otherwise all four are first copied to C order.  The result is bit for bit ``run``'s
     on the dequantised float32 K and V; what it saves is the bytes read: n_k · (d + d_v)
     bytes and 8 · n_k of scales per K/V head, against 4 · n_k · (d + d_v) for float32."""
-    for name, x, dtype in (("q", q, _F32), ("k", k, _I8), ("k_scale", k_scale, _F32),
-                           ("v", v, _I8), ("v_scale", v_scale, _F32), ("out", out, _F32)):
+    _run_scaled(lib.attn_forward_q8, "int8", _I8, "int8_t *", q, k, k_scale, v, v_scale, out, causal, scale)
+
+
+def run_int4(q, k, k_scale, v, v_scale, out, causal, scale):
+    """Attention against an int4 KV cache (``kernels.cache_formats``), read in place: q
+    float32 (B, n_q, d) C-contiguous; k uint8 (B_kv, n_k, ceil(d / 2)), two codes a byte,
+    with k_scale float32 (B_kv, n_k, ceil(d / 32)), one per group of 32 values; v and
+    v_scale alike for d_v = out's last axis; out float32 (B, n_q, d_v) C-contiguous.  The
+    layout is ``run_int8``'s (copied to C order otherwise); a tile or a decode block of rows
+    is dequantised at a time, and the result is bit for bit ``run``'s on the dequantised
+    float32 K and V, for n_k · (d + d_v) / 2 bytes and 4 per group of 32 read per K/V head."""
+    d, d_v = q.shape[2], out.shape[2]
+    for name, x, widths in (("k", k, (-(-d // 2),)), ("v", v, (-(-d_v // 2),)),
+                            ("k_scale", k_scale, (-(-d // 32),)), ("v_scale", v_scale, (-(-d_v // 32),))):
+        if x.ndim != 3 or x.shape[2:] != widths:  # C would read past its rows
+            raise ValueError(f"c_tiled int4 cache: {name} must be (B_kv, n_k, {widths[0]}) for "
+                             f"d = {d}, d_v = {d_v}, got {x.shape}")
+    _run_scaled(lib.attn_forward_q4, "int4", _U8, "uint8_t *", q, k, k_scale, v, v_scale, out, causal, scale)
+
+
+def _run_scaled(forward, name, code_dtype, code_pointer, q, k, k_scale, v, v_scale, out, causal, scale):
+    """run_int8's and run_int4's call: the dtypes checked, the four K/V arrays in one
+    layout (or copied to C order), then forward."""
+    for label, x, dtype in (("q", q, _F32), ("k", k, code_dtype), ("k_scale", k_scale, _F32),
+                            ("v", v, code_dtype), ("v_scale", v_scale, _F32), ("out", out, _F32)):
         if x.dtype != dtype:   # C would read or write the wrong widths
-            raise TypeError(f"c_tiled int8 cache: {name} must be {dtype}, got {x.dtype}")
+            raise TypeError(f"c_tiled {name} cache: {label} must be {dtype}, got {x.dtype}")
     k, v, kv_rows = kv_layout(k, v)
     if not (_scales_fit(k_scale, kv_rows) and _scales_fit(v_scale, kv_rows)):
         k, k_scale, v, v_scale = map(np.ascontiguousarray, (k, k_scale, v, v_scale))
         kv_rows = k.shape[1]
-    _call(lib.attn_forward_q8, q, "float *",
-          ((k, "int8_t *"), (k_scale, "float *"), (v, "int8_t *"), (v_scale, "float *")), v.shape,
-          out, kv_rows, causal, scale)
+    _call(forward, q, "float *", ((k, code_pointer), (k_scale, "float *"), (v, code_pointer), (v_scale, "float *")),
+          (*v.shape[:2], out.shape[2]), out, kv_rows, causal, scale)
 
 
 def _scales_fit(scales, kv_rows):
-    """Whether scales (B_kv, n_k) float32 lie as the int8 rows do: contiguous within a head,
-    heads kv_rows apart (a cache's always do)."""
-    heads, n_k = scales.shape
-    return (n_k <= 1 or scales.strides[1] == 4) and (heads == 1 or scales.strides[0] == 4 * kv_rows)
+    """Whether scales (B_kv, n_k) or (B_kv, n_k, groups) float32 lie as the cache's rows do:
+    each row's contiguous, rows contiguous within a head, heads kv_rows rows apart (a
+    cache's always do)."""
+    heads, n_k = scales.shape[:2]
+    per_row = scales.shape[2] if scales.ndim == 3 else 1
+    return ((per_row <= 1 or scales.strides[2] == 4) and (n_k <= 1 or scales.strides[1] == 4 * per_row)
+            and (heads == 1 or scales.strides[0] == 4 * per_row * kv_rows))
 
 
 def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, causal, scale, round_out=()):
     """forward(q, *kv, out, *round_out, B, group, n_q, n_k, kv_rows, d, d_v, causal, scale,
     threads), kv: (array, C pointer type) pairs in forward's order (k, [k_scale,] v,
-    [v_scale]), v_shape v's, (B_kv, n_k, d_v); passed by address (a view with a head stride
+    [v_scale]), v_shape (B_kv, n_k, d_v); passed by address (a view with a head stride
     has no contiguous buffer for ffi.from_buffer); the caller's frame keeps them alive for
     the call.  q and out must be C-contiguous (from_buffer refuses them otherwise); out goes
     as a void pointer, of the type forward writes."""
