@@ -169,8 +169,9 @@ class CacheFidelity:
 
 
 class KeyGranularity:
-    """int8 keys per token or per channel (KIVI): one step's error, float64 attention over
-    the dequantised values, on even keys and on keys with a few outlier channels."""
+    """int8 keys per token or per channel (KIVI): the mean error of 256 new tokens' outputs,
+    float64 attention over the dequantised values, on even keys and on keys with a few
+    outlier channels."""
 
     params = [["even", "outliers"], ["per token", "per channel"]]
     param_names = ["keys", "granularity"]

@@ -220,7 +220,7 @@ int attn_int8_scores(const char *unit, const int8_t *k, const float *k_scale, in
     float q_scale[ROW_GROUP];
     if (!codes)
         return 1;
-    quantise_query_rows(q, rows, d, scale, codes, q_scale);
+    quantise_query_rows(q, rows, d, d, scale, codes, q_scale);
     ops->qk_rows(k, k_scale, keys, d, codes, q_scale, rows, s, s_stride, read_ahead_of(NULL, 0));
     free(codes);
     return 0;
@@ -355,18 +355,32 @@ __attribute__((constructor)) static void select_default_isa(void)
 #undef kv_elem
 
 /* the int4 cache: float queries in place, K and V rows (two codes a byte, a scale per 32
-   values) dequantised into staging a tile or a decode block at a time, as the int8 cache's
-   are beyond 8 query rows, for the float32 operations. */
+   values). The query tiles dequantise each tile into staging for the float32 operations.
+   Decoding unpacks a block's keys to int8 codes (a group of 32 in 8 instructions) for the
+   int8 cache's integer dot products, a group at a time with its query codes and scale, and,
+   up to 8 query rows per K/V head, its values likewise for the int8 rows' P·V a group of
+   columns at a time; beyond, and on the generic path, the values are dequantised into
+   staging. */
 #define kv_elem uint8_t
 #define KV_ROW_ELEMS(width) int4_row_bytes(width)
 #define KV_ROW_SCALES(width) int4_row_scales(width)
 #define KV_TO_REAL(x, scale, row0, rows, width, y) \
     active->convert->widen_q4((x) + (row0) * int4_row_bytes(width), (scale) + (row0) * int4_row_scales(width), \
                               rows, width, y)
+#define KV_UNPACK(x, scale, row0, rows, width, codes, scales) \
+    active->convert->unpack_q4((x) + (row0) * int4_row_bytes(width), (scale) + (row0) * int4_row_scales(width), \
+                               rows, width, DECODE_KEY_BLOCK, codes, scales)
 #define SUFFIX(name) name##_q4
+#define INT8_KEYS 1
+#define KEY_GROUP(d) INT4_GROUP
+#define KV_ROW_OPS q8_rows
+#define KV_ROW_OPS_MAX_ROWS 8
 #include "flash_driver_template.h"
 #undef SUFFIX
 #undef KV_TO_REAL
+#undef KV_UNPACK
+#undef KV_ROW_OPS
+#undef KV_ROW_OPS_MAX_ROWS
 #undef q_elem
 #undef kv_elem
 #undef EXP

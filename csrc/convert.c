@@ -58,6 +58,27 @@ static void widen_q4_generic(const uint8_t *x, const float *scale, int64_t rows,
         }
 }
 
+/* unpack_q4 of group g of every row */
+static void unpack_q4_group(const uint8_t *x, const float *scale, int64_t rows, int64_t width, int64_t g,
+                            int64_t capacity, int8_t *codes, float *scales)
+{
+    const int64_t bytes = int4_row_bytes(width), groups = int4_row_scales(width);
+    const int64_t c0 = g * INT4_GROUP, w = width - c0 < INT4_GROUP ? width - c0 : INT4_GROUP;
+    int8_t *out = codes + g * capacity * INT4_GROUP;
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t c = c0; c < c0 + w; c++)
+            out[i * w + c - c0] = (int8_t)((x[i * bytes + c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET);
+        scales[g * capacity + i] = scale[i * groups + g];
+    }
+}
+
+static void unpack_q4_generic(const uint8_t *x, const float *scale, int64_t rows, int64_t width,
+                              int64_t capacity, int8_t *codes, float *scales)
+{
+    for (int64_t g = 0; g < int4_row_scales(width); g++)
+        unpack_q4_group(x, scale, rows, width, g, capacity, codes, scales);
+}
+
 static void narrow_bf16_generic(const float *x, int64_t n, uint16_t *y)
 {
     for (int64_t i = 0; i < n; i++)
@@ -146,6 +167,28 @@ static AVX2 void widen_q4_avx2(const uint8_t *x, const float *scale, int64_t row
     }
 }
 #define widen_q4_avx512 widen_q4_avx2
+
+/* unpack_q4's whole groups as widen_q4_avx2 separates their nibbles, stored as int8; a short
+   last group by unpack_q4_generic */
+static AVX2 void unpack_q4_avx2(const uint8_t *x, const float *scale, int64_t rows, int64_t width,
+                                int64_t capacity, int8_t *codes, float *scales)
+{
+    const int64_t bytes = int4_row_bytes(width), groups = int4_row_scales(width), full = width / INT4_GROUP;
+    const __m128i nibble = _mm_set1_epi8(15), offset = _mm_set1_epi8(INT4_OFFSET);
+    for (int64_t g = 0; g < full; g++) {
+        int8_t *out = codes + g * capacity * INT4_GROUP;
+        for (int64_t i = 0; i < rows; i++) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(x + i * bytes + g * INT4_GROUP / 2));
+            const __m128i lo = _mm_and_si128(b, nibble), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nibble);
+            _mm_storeu_si128((__m128i *)(out + i * INT4_GROUP), _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), offset));
+            _mm_storeu_si128((__m128i *)(out + i * INT4_GROUP + 16), _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), offset));
+            scales[g * capacity + i] = scale[i * groups + g];
+        }
+    }
+    if (full < groups)
+        unpack_q4_group(x, scale, rows, width, full, capacity, codes, scales);
+}
+#define unpack_q4_avx512 unpack_q4_avx2
 
 /* 8 bfloat16 roundings (f32_to_bf16's integer rounding, NaN lanes blended in), packed to
    16 bits: packus works within each 128-bit half, so the halves' results are joined first */
@@ -238,7 +281,8 @@ static AVX512 void narrow_f16_avx512(const float *x, int64_t n, uint16_t *y)
 }
 
 #define CONVERT_OPS(isa)                                                                      \
-    {widen_bf16_##isa, widen_f16_##isa, widen_q8_##isa, widen_q4_##isa, narrow_bf16_##isa, narrow_f16_##isa}
+    {widen_bf16_##isa, widen_f16_##isa, widen_q8_##isa, widen_q4_##isa, unpack_q4_##isa, narrow_bf16_##isa, \
+     narrow_f16_##isa}
 const struct convert_ops convert_generic = CONVERT_OPS(generic);
 const struct convert_ops convert_avx2 = CONVERT_OPS(avx2);
 const struct convert_ops convert_avx512 = CONVERT_OPS(avx512);

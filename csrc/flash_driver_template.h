@@ -29,10 +29,19 @@
                             sum l over the rounded weights) and packed in pairs of keys for
                             P·V (pack_p); the split-KV path reads K and V in place through
                             KV_ROW_OPS with any number of rows (undefined at the end)
-     INT8_KEYS              optional, 1 for the int8 cache: the split-KV path quantises the
-                            step's query rows once, to int16 (quantise_query_rows), and computes Q·Kᵀ as
-                            integer dot products (active_int8, struct int8_dot_ops), K never
-                            converted; the query tiles (prefill) stay float on dequantised K
+     INT8_KEYS              optional, 1 for the int8 and int4 caches: the split-KV path
+                            quantises the step's query rows once, to int16, a key group at a
+                            time (quantise_query_rows), and computes Q·Kᵀ as integer dot
+                            products (active_int8, struct int8_dot_ops), one per group, K never
+                            converted to float; the query tiles (prefill) stay float on
+                            dequantised K
+     KEY_GROUP(d)           with INT8_KEYS, optional: the values of a row sharing one scale
+                            (default d, a row: int8; int4: INT4_GROUP)
+     KV_UNPACK(x, scale, row0, rows, width, codes, scales)
+                            with INT8_KEYS, optional (int4): rows [row0, row0 + rows) of the
+                            K or V head at x as int8 codes and scales group by group (struct
+                            convert_ops' unpack_q4, capacity DECODE_KEY_BLOCK), how a decode
+                            block's keys (and, read directly, its values) are read
      OUT_NARROW(x, n, y)    optional (the 16-bit types): y[i] = x[i] rounded to the inputs'
                             type, i < n (a struct convert_ops function), how a call asked to
                             round its output (struct shape's round_out) stores each row
@@ -88,6 +97,14 @@
 #ifndef KV_ROW_ELEMS
 #define KV_ROW_ELEMS(width) (width)
 #define KV_ROW_SCALES(width) 1
+#endif
+#ifndef KEY_GROUP
+#define KEY_GROUP(d) (d)
+#endif
+#ifdef KV_UNPACK
+#define KV_UNPACKED 1
+#else
+#define KV_UNPACKED 0
 #endif
 /* the packed tiles' element type: real, or two bfloat16 in one word (PAIRED) */
 #if PAIRED
@@ -457,6 +474,78 @@ static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int
     return read_ahead_of((const char *)(x + row0 * KV_ROW_ELEMS(width)) + from, to - from);
 }
 
+/* A decode step's integer keys (INT8_KEYS): its query rows quantised once per key group (a
+   row for int8, each 32 values for int4), group g's codes of row r at q_codes + g ·
+   group_codes + r · round_up(its width, INT8_DOT_PAD) (quantise_query_rows' stride) and its
+   scale at q_scale + g · rows + r; and (KV_UNPACK) a block's K and V codes and scales,
+   unpacked, group g's at g · DECODE_KEY_BLOCK · INT4_GROUP and g · DECODE_KEY_BLOCK. */
+struct SUFFIX(int_keys) {
+    int16_t *q_codes;
+    float *q_scale;
+    int64_t group_codes, rows;
+    int8_t *k_codes, *v_codes;
+    float *k_scales, *v_scales;
+};
+
+/* the bytes of a step's struct int_keys buffers: the query codes and scales of every key
+   group, and (KV_UNPACK) a block's unpacked K and V */
+static int64_t SUFFIX(int_keys_bytes)(const struct shape *sh)
+{
+    const int64_t rows = sh->group * sh->n_q, groups = ceil_div(sh->d, KEY_GROUP(sh->d));
+    const int64_t code_stride = round_up(min_i64(KEY_GROUP(sh->d), sh->d), INT8_DOT_PAD);
+    const int64_t unpacked = ceil_div(sh->d, INT4_GROUP) + ceil_div(sh->d_v, INT4_GROUP);
+    return INT8_KEYS * groups * rows * (code_stride * (int64_t)sizeof(int16_t) + (int64_t)sizeof(float))
+           + KV_UNPACKED * DECODE_KEY_BLOCK * unpacked * (INT4_GROUP + (int64_t)sizeof(float));
+}
+
+#if INT8_KEYS
+/* the struct int_keys of a step's rows, carved from at (int_keys_bytes), the queries (q
+   (rows, d) as real) quantised */
+static struct SUFFIX(int_keys) SUFFIX(int_keys_of)(const struct shape *sh, const real *q, real scale, void *at)
+{
+    const int64_t d = sh->d, rows = sh->group * sh->n_q, group = KEY_GROUP(d), groups = ceil_div(d, group);
+    struct SUFFIX(int_keys) ik = {.group_codes = rows * round_up(min_i64(group, d), INT8_DOT_PAD), .rows = rows};
+    ik.q_codes = at;
+    ik.q_scale = (float *)(ik.q_codes + groups * ik.group_codes);
+    ik.k_codes = (int8_t *)(ik.q_scale + groups * rows);
+    ik.v_codes = ik.k_codes + KV_UNPACKED * DECODE_KEY_BLOCK * ceil_div(d, INT4_GROUP) * INT4_GROUP;
+    ik.k_scales = (float *)(ik.v_codes + KV_UNPACKED * DECODE_KEY_BLOCK * ceil_div(sh->d_v, INT4_GROUP) * INT4_GROUP);
+    ik.v_scales = ik.k_scales + KV_UNPACKED * DECODE_KEY_BLOCK * ceil_div(d, INT4_GROUP);
+    for (int64_t g = 0; g * group < d; g++)
+        quantise_query_rows(q + g * group, rows, min_i64(group, d - g * group), d, scale,
+                            ik.q_codes + g * ik.group_codes, ik.q_scale + g * rows);
+    return ik;
+}
+
+/* S (n, DECODE_KEY_BLOCK) = scale · Q Kᵀ for rows [r, r + n) of the step and the keys
+   [jb, jb + keys) of K/V head kv, integer dot products a key group at a time (the codes
+   in place, or unpacked in ik), the groups' scores added in float */
+static void SUFFIX(int_scores)(const struct SUFFIX(int_keys) *ik, const struct SUFFIX(kv) *kv, int64_t d,
+                               int64_t r, int64_t jb, int64_t keys, int64_t n, real *s, struct read_ahead ahead)
+{
+    const int64_t group = KEY_GROUP(d);
+    real s_group[ROW_GROUP * DECODE_KEY_BLOCK];
+    for (int64_t g = 0; g * group < d; g++) {
+#if KV_UNPACKED
+        const int8_t *codes = ik->k_codes + g * DECODE_KEY_BLOCK * INT4_GROUP;
+        const float *scales = ik->k_scales + g * DECODE_KEY_BLOCK;
+        (void)kv;
+        (void)jb;
+#else
+        const int8_t *codes = (const int8_t *)kv->k + jb * d;
+        const float *scales = kv->k_scale + jb;
+#endif
+        const int64_t width = min_i64(group, d - g * group);
+        active_int8->qk_rows(codes, scales, keys, width, ik->q_codes + g * ik->group_codes + r * round_up(width, INT8_DOT_PAD),
+                             ik->q_scale + g * ik->rows + r, n, g ? s_group : s, DECODE_KEY_BLOCK,
+                             g ? read_ahead_of(NULL, 0) : ahead);
+        for (int64_t i = 0; g && i < n; i++)
+            for (int64_t j = 0; j < keys; j++)
+                s[i * DECODE_KEY_BLOCK + j] += s_group[i * DECODE_KEY_BLOCK + j];
+    }
+}
+#endif
+
 /* attend_key_chunk's step for n <= ROW_GROUP query rows q (n, d) that see the same keys
    [jb, jb + keys) of K/V head kv, their states state (n, stride): through the row
    operations, over k_rows and v_rows (the block's rows as real: in place, or staged), or,
@@ -465,7 +554,7 @@ static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int
    into L2 as it goes; s (ROW_GROUP, DECODE_KEY_BLOCK) holds the scores, alpha (ROW_GROUP)
    the rescalings. */
 static void SUFFIX(attend_rows)(const TILE_OPS_T *ops, const struct shape *sh, real scale, const real *q,
-                                const int16_t *q_codes, const float *q_scale,
+                                const struct SUFFIX(int_keys) *ik, int64_t r,
                                 const struct SUFFIX(kv) *kv, const real *k_rows, const real *v_rows,
                                 int64_t jb, int64_t keys, int64_t n, int64_t next_keys,
                                 int64_t part, int64_t parts, real *state, real *s, real *alpha)
@@ -480,11 +569,10 @@ static void SUFFIX(attend_rows)(const TILE_OPS_T *ops, const struct shape *sh, r
     /* S = scale · Q Kᵀ */
 #if INT8_KEYS
     (void)q;
-    active_int8->qk_rows(kv->k + jb * d, kv->k_scale + jb, keys, d, q_codes, q_scale, n, s, DECODE_KEY_BLOCK,
-                         k_ahead);
+    SUFFIX(int_scores)(ik, kv, d, r, jb, keys, n, s, k_ahead);
 #else
-    (void)q_codes;
-    (void)q_scale;
+    (void)ik;
+    (void)r;
 #endif
 #ifdef KV_ROW_OPS
     const struct row_ops_f32 *direct = &ops->KV_ROW_OPS;
@@ -500,7 +588,12 @@ static void SUFFIX(attend_rows)(const TILE_OPS_T *ops, const struct shape *sh, r
         alpha[r] = ops->online_softmax_row(s + r * DECODE_KEY_BLOCK, keys, state + r * stride + PARTIAL_M,
                                            state + r * stride + PARTIAL_L);
     /* acc = alpha acc + P V */
-#ifdef KV_ROW_OPS
+#if KV_UNPACKED   /* the block's values unpacked by group: each group's columns apart */
+    for (int64_t g = 0; !v_rows && g * INT4_GROUP < d_v; g++)
+        direct->pv_rows(s, DECODE_KEY_BLOCK, ik->v_codes + g * DECODE_KEY_BLOCK * INT4_GROUP,
+                        ik->v_scales + g * DECODE_KEY_BLOCK, keys, min_i64(INT4_GROUP, d_v - g * INT4_GROUP), alpha,
+                        state + PARTIAL_ACC + g * INT4_GROUP, stride, n, g ? read_ahead_of(NULL, 0) : v_ahead);
+#elif defined(KV_ROW_OPS)
     if (!v_rows)
         direct->pv_rows(s, DECODE_KEY_BLOCK, kv->v + jb * d_v, kv->v_scale ? kv->v_scale + jb : NULL, keys,
                         d_v, alpha, state + PARTIAL_ACC, stride, n, v_ahead);
@@ -536,12 +629,9 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
     real *k_staging = staging + Q_STAGED * rows * d;
     real *v_staging = k_staging + KV_STAGED * DECODE_KEY_BLOCK * d;
     /* int8 keys: the rows' queries quantised once, for every block (tile_ops.h) */
-    int16_t *q_codes = NULL;
-    float *q_scale = NULL;
+    struct SUFFIX(int_keys) ik = {0};
 #if INT8_KEYS
-    q_codes = (int16_t *)(v_staging + KV_STAGED * DECODE_KEY_BLOCK * d_v);
-    q_scale = (float *)(q_codes + rows * round_up(d, INT8_DOT_PAD));
-    quantise_query_rows(q_rows, rows, d, scale, q_codes, q_scale);
+    ik = SUFFIX(int_keys_of)(sh, q_rows, scale, v_staging + KV_STAGED * DECODE_KEY_BLOCK * d_v);
 #endif
     /* With KV_ROW_OPS and up to KV_ROW_OPS_MAX_ROWS query rows, K and V are read in place by
        row operations that convert each element as they load it (struct row_ops_f32), which
@@ -569,6 +659,11 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
                            : SUFFIX(kv_as_real)(kv->k, kv->k_scale, jb, block_end - jb, d, k_staging);
         const real *v_rows = direct ? NULL : SUFFIX(kv_as_real)(kv->v, kv->v_scale, jb, block_end - jb, d_v, v_staging);
 #endif
+#if KV_UNPACKED   /* the block's keys, and its values when read directly, unpacked to int8 codes */
+        KV_UNPACK(kv->k, kv->k_scale, jb, block_end - jb, d, ik.k_codes, ik.k_scales);
+        if (direct)
+            KV_UNPACK(kv->v, kv->v_scale, jb, block_end - jb, d_v, ik.v_codes, ik.v_scales);
+#endif
         for (int64_t r = 0, n; r < rows; r += n) {
             /* the block's keys row r sees: a masked key is never read, not even with weight
                0; the rows after it that see as many join its call */
@@ -578,8 +673,7 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
                     break;
             if (keys > 0)
                 SUFFIX(attend_rows)(ops, sh, scale, q_rows + r * d,
-                                    q_codes ? q_codes + r * round_up(d, INT8_DOT_PAD) : NULL,
-                                    q_scale ? q_scale + r : NULL, kv, k_rows, v_rows, jb, keys, n,
+                                    &ik, r, kv, k_rows, v_rows, jb, keys, n,
                                     next_keys, min_i64(r / ROW_GROUP, parts - 1), parts, partial + r * stride,
                                     s, alpha);
         }
@@ -592,7 +686,7 @@ static int64_t SUFFIX(decode_staging)(const struct shape *sh)
 {
     const int64_t rows = sh->group * sh->n_q;
     return Q_STAGED * rows * sh->d + KV_STAGED * DECODE_KEY_BLOCK * (sh->d + sh->d_v)
-           + INT8_KEYS * rows * (round_up(sh->d, INT8_DOT_PAD) * 2 / (int64_t)sizeof(real) + 1);
+           + ceil_div(SUFFIX(int_keys_bytes)(sh), sizeof(real));
 }
 
 /* row (d_v) of a row of query index i from the partial states of the chunks it sees
@@ -782,6 +876,8 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
 #undef INT8_KEYS
 #undef KV_ROW_ELEMS
 #undef KV_ROW_SCALES
+#undef KEY_GROUP
+#undef KV_UNPACKED
 #undef packed
 #undef packed_from
 #undef PACKED_VALUE

@@ -358,7 +358,8 @@ static inline int32_t query_levels(int64_t d)
     return (int32_t)(fit < 32767 ? fit : 32767);
 }
 
-/* codes (rows, round_up(d, INT8_DOT_PAD)) and q_scale (rows) of q (rows, d), as
+/* codes (rows, round_up(d, INT8_DOT_PAD)) and q_scale (rows) of q (rows, d; rows q_stride
+   apart: an int4 cache's key groups quantise a group's columns of each row apart), as
    kernels.cache_formats.decode_query_codes has them (bit for bit): L = query_levels(d),
    t = max|q_r|, step = t / L (float32), code = q / step rounded to nearest even;
    q_scale = scale · step. A zero row gets step 0 and codes 0; a row holding NaN or ±Inf the
@@ -368,13 +369,13 @@ static inline int32_t query_levels(int64_t d)
    errors from 3.7·10⁻² to 5.5·10⁻² (kernels.decode.fidelity, queries ×3), int16 ones leave
    them where the keys' and values' own rounding puts them, for the same instructions on
    AVX2 (vpmaddwd on 16 pairs, against vpsignb, vpmaddubsw and vpmaddwd on 32). */
-static inline void quantise_query_rows(const float *q, int64_t rows, int64_t d, float scale,
+static inline void quantise_query_rows(const float *q, int64_t rows, int64_t d, int64_t q_stride, float scale,
                                        int16_t *codes, float *q_scale)
 {
     const int64_t stride = round_up(d, INT8_DOT_PAD);
     const float levels = (float)query_levels(d);
     for (int64_t r = 0; r < rows; r++) {
-        const float *x = q + r * d;
+        const float *x = q + r * q_stride;
         int16_t *c = codes + r * stride;
         float top = 0;
         int finite = 1;
@@ -410,6 +411,10 @@ static inline int64_t int4_row_scales(int64_t width) { return (width + INT4_GROU
    widen_q4: y (rows, width) = each value of the int4 rows x (int4_row_bytes(width) bytes
      a row, two codes a byte) times its group's scale (int4_row_scales(width) a row), one
      rounding: the int4 entry point's, likewise.
+   unpack_q4: the codes of the int4 rows x as int8, group by group, for the integer dot
+     products of a decode step: group g of row i (width min(INT4_GROUP, width − g ·
+     INT4_GROUP)) at codes + g · capacity · INT4_GROUP + i · its width, its scale at
+     scales + g · capacity + i (rows <= capacity).
    narrow_bf16, narrow_f16: y[i] = x[i] rounded to nearest even, as bits (f32_to_bf16,
      f32_to_f16): how a 16-bit entry point stores an output row when asked to. */
 struct convert_ops {
@@ -417,6 +422,8 @@ struct convert_ops {
     void (*widen_f16)(const uint16_t *x, int64_t n, float *y);
     void (*widen_q8)(const int8_t *x, const float *scale, int64_t rows, int64_t width, float *y);
     void (*widen_q4)(const uint8_t *x, const float *scale, int64_t rows, int64_t width, float *y);
+    void (*unpack_q4)(const uint8_t *x, const float *scale, int64_t rows, int64_t width, int64_t capacity,
+                      int8_t *codes, float *scales);
     void (*narrow_bf16)(const float *x, int64_t n, uint16_t *y);
     void (*narrow_f16)(const float *x, int64_t n, uint16_t *y);
 };

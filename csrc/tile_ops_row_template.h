@@ -117,16 +117,17 @@ INLINE_TARGET void ROW_FN(qk_rows_of)(ROW_PARAM(k), int64_t keys, int64_t d, con
 
 #endif   /* !ROW_SCALED */
 
-/* R rows' ROW_VECS / R vectors of acc from column c0: acc_r = alpha_r · acc_r + Σ_j p_r[j] ·
-   V row j, each V vector loaded (and converted) once for the R rows. With full (a constant
-   after inlining) all the columns exist; otherwise those past d_v are masked. Scaled rows
-   come with their scales folded into p (pv_rows_of). */
+/* R rows' vecs (<= ROW_VECS / R) vectors of acc from column c0: acc_r = alpha_r · acc_r +
+   Σ_j p_r[j] · V row j, each V vector loaded (and converted) once for the R rows. With full
+   (a constant after inlining) all the columns exist; otherwise those past d_v are masked.
+   Scaled rows come with their scales folded into p (pv_rows_of). */
 INLINE_TARGET void ROW_FN(pv_rows_columns)(const real *p, int64_t p_stride, const ROW_T *v, int64_t keys,
                                            int64_t d_v,
                                            const real *alpha, real *acc, int64_t acc_stride,
-                                           int64_t c0, int full, struct read_ahead *ahead, const int R)
+                                           int64_t c0, int full, struct read_ahead *ahead, const int R,
+                                           const int vecs)
 {
-    const int vecs = ROW_VECS / R;   /* o[r * vecs + i]: row r, vector i */
+    /* o[r * vecs + i]: row r, vector i */
     tail_mask mask[ROW_VECS];
     vec o[ROW_VECS], b[ROW_GROUP];
     UNROLL
@@ -193,16 +194,30 @@ INLINE_TARGET void ROW_FN(pv_rows_of)(const real *p, int64_t p_stride, ROW_PARAM
 #elif ROW_CONVERTED
     (void)v_scale;
 #endif
-    const int64_t width = ROW_VECS / R * LANES;
+    const int vecs = ROW_VECS / R;
+    const int64_t width = vecs * LANES;
     /* the read-ahead spread over every pass's keys (over the first alone, R = 4 issued 4
        times the fetches a cycle, which filled the miss buffers: float32, 8 query heads on
        2 K/V heads, n_k = 65536, 15% slower than one row at a time) */
-    read_ahead_spread(ahead, keys * ceil_div(d_v, width));
+    /* the rest after the passes of vecs vectors in passes of 4, 2 and 1 whole vectors, a last
+       partial one masked: one masked pass of vecs vectors loaded (and converted) vectors past
+       d_v in vain (measured, int8 rows, one query row, d_v = 32 of a pass of 64 columns: 27
+       -> 7 ns a key) */
+    const int64_t rest = d_v % width;
+    int64_t passes = d_v / width + (rest % LANES != 0);
+    for (int part = 4; part >= 1; part /= 2)
+        passes += part < vecs && rest / LANES & part;
+    read_ahead_spread(ahead, keys * passes);
     int64_t c0 = 0;
     for (; c0 + width <= d_v; c0 += width)
-        ROW_FN(pv_rows_columns)(p, p_stride, v, keys, d_v, alpha, acc, acc_stride, c0, 1, ahead, R);
+        ROW_FN(pv_rows_columns)(p, p_stride, v, keys, d_v, alpha, acc, acc_stride, c0, 1, ahead, R, vecs);
+    for (int part = 4; part >= 1; part /= 2)
+        if (part < vecs && rest / LANES & part) {
+            ROW_FN(pv_rows_columns)(p, p_stride, v, keys, d_v, alpha, acc, acc_stride, c0, 1, ahead, R, part);
+            c0 += part * LANES;
+        }
     if (c0 < d_v)
-        ROW_FN(pv_rows_columns)(p, p_stride, v, keys, d_v, alpha, acc, acc_stride, c0, 0, ahead, R);
+        ROW_FN(pv_rows_columns)(p, p_stride, v, keys, d_v, alpha, acc, acc_stride, c0, 0, ahead, R, 1);
 }
 
 /* the operations for 1 <= rows <= ROW_GROUP rows (tile_ops.h), each count its own

@@ -29,7 +29,7 @@ a float residual of up to 128 tokens) or is stuck with a range fixed before it c
 per-token scale is fixed when the token is appended and never revisited, and a kernel
 reads a row's codes and its one scale together.  The price: where channels differ in
 range, per token loses accuracy (the report's table: on keys with a few wide channels,
-per channel was several times more accurate; on even keys the two were of one order).
+per channel was several times more accurate; on even keys the two were equal).
 
 A row (int4: a group) holding NaN or ±Inf gets the scale NaN: every element of it reads
 back as NaN, so the queries that see the token give NaN, where float64 gives NaN (a NaN or
@@ -183,13 +183,17 @@ def query_levels(d):
 
 
 @np.errstate(invalid="ignore", divide="ignore")
-def decode_query_codes(q):
+def decode_query_codes(q, group=None):
     """(codes, steps): the queries (..., d) as c_tiled's decode step on an int8 cache
     quantises them before multiplying the keys as integers (csrc/int8_dot.c), bit for bit:
     L = query_levels(d), step = max|q_row| / L (float32), codes = round(q / step) in ±L
     (int32 here, int16 in the kernel); a zero row step 0, a row holding NaN or ±Inf step NaN
-    and codes 0."""
+    and codes 0.  ``group`` (int4's INT4_GROUP): each group of that many values of a row
+    quantised apart, as the key groups they multiply; steps (..., groups) then."""
     q = np.asarray(q, np.float32)
+    if group is not None:
+        parts = [decode_query_codes(q[..., c:c + group]) for c in range(0, q.shape[-1], group)]
+        return np.concatenate([codes for codes, _ in parts], axis=-1), np.stack([steps for _, steps in parts], -1)
     levels = query_levels(q.shape[-1])
     top = np.max(np.abs(q), axis=-1, keepdims=True)
     finite = np.isfinite(top)
@@ -199,11 +203,16 @@ def decode_query_codes(q):
     return codes, np.squeeze(steps, -1)
 
 
-def decode_queries(q):
-    """The queries (..., d) as a decode step on an int8 cache multiplies its keys with them,
-    float64: each row's codes times its step (``decode_query_codes``, exact in float64).
-    c_tiled quantises a step's query rows once, to int16, and computes Q·Kᵀ as integer dot
-    products (csrc/int8_dot.c); that moves a query element by at most step / 2 =
-    max|q_row| / 65534 (d <= 516), and a score by at most |scale| · step / 2 · Σ_c |k_jc|."""
-    codes, steps = decode_query_codes(q)
-    return codes.astype(np.float64) * steps.astype(np.float64)[..., None]
+def decode_queries(q, group=None):
+    """The queries (..., d) as a decode step on an int8 (or, ``group`` = INT4_GROUP, int4)
+    cache multiplies its keys with them, float64: each row's (group's) codes times its step
+    (``decode_query_codes``, exact in float64).  c_tiled quantises a step's query rows once,
+    to int16, and computes Q·Kᵀ as integer dot products (csrc/int8_dot.c); that moves a
+    query element by at most step / 2 = max|q_row| / 65534 (d <= 516), and a score by at
+    most |scale| · step / 2 · Σ_c |k_jc|."""
+    codes, steps = decode_query_codes(q, group)
+    steps = steps.astype(np.float64)
+    if group is not None:
+        steps = np.repeat(steps, group, axis=-1)[..., :codes.shape[-1]]
+        return codes.astype(np.float64) * steps
+    return codes.astype(np.float64) * steps[..., None]

@@ -66,7 +66,8 @@ class Kernel:
     strided_kv: bool = False          # but reads k and v with any head stride (kv_layout)
     quantised_caches: tuple = ()      # scaled KV cache formats read in place (run_int8, run_int4)
     int8_query_rows: int = 0          # and quantises the queries of calls of up to this many
-                                      # rows per head (decode steps) to int8 for integer Q·Kᵀ
+                                      # rows per head (decode steps) to int16 for integer Q·Kᵀ
+                                      # on the quantised caches (int4: per group of 32 values)
     own_caches: tuple = ()            # cache formats a peer keeps in its own layout (cache_decoder)
     external: bool = False            # a peer baseline, not one of our rungs
     dtypes: tuple = float_types.NAMES  # taken: computed at their own precision (``probed`` ones: where measured so)

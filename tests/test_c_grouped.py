@@ -1,10 +1,11 @@
 """c_tiled with grouped query heads, K/V heads read in place with a head stride, and the
-int8 KV cache (``rung4_c_tiled.run`` and ``run_int8``, called directly).
+int8 and int4 KV caches (``rung4_c_tiled.run``, ``run_int8`` and ``run_int4``, called
+directly).
 
 Every output is compared with a float64 reference computed here from the same inputs:
 the K/V heads repeated for the query heads of their group (np.repeat along axis 0), the
-16-bit types widened, the int8 cache dequantised in float32 as the kernel reads it
-(scale · code, one rounding).  The cases cover both paths (n_q = 1 and 3: split-KV, which
+16-bit types widened, the int8 and int4 caches dequantised in float32 as the kernel reads
+them (scale · code, one rounding).  The cases cover both paths (n_q = 1 and 3: split-KV, which
 takes a group's query heads together; n_q = 50: query tiles), key counts that fill no
 tile or block evenly (1, 300, 1000), d = 64 and an odd d with d_v != d, and K/V given as
 views [:, :n_k] of larger buffers (heads kv_rows > n_k rows apart, the spare rows NaN so
@@ -15,13 +16,13 @@ import itertools
 import numpy as np
 import pytest
 
-from kernels.cache_formats import decode_queries
+from kernels.cache_formats import INT4_GROUP, decode_queries, pack_int4
 from kernels.dtypes import FLOATS
 from kernels.rungs import rung4_c_tiled as c_tiled
 
 HEADS = 8                   # query heads; B_kv = HEADS // group
 SPARE = 5                   # rows between one K/V head's keys and the next head's
-TYPES = ("float32", "float64", "float16", "bfloat16", "int8")
+TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int4")
 
 
 def reference(q, k, v, causal, scale):
@@ -63,8 +64,9 @@ def tolerance(dtype, n_k, d):
 
 def spaced(x, n_k):
     """x (B_kv, n_k, ...) as the view [:, :n_k] of a buffer with SPARE more rows per head,
-    those NaN (an int8 buffer: 127): heads n_k + SPARE rows apart, read in place."""
-    fill = 127 if x.dtype == np.int8 else np.nan
+    those NaN (an int8 buffer: 127; int4's bytes: 255, codes 7): heads n_k + SPARE rows
+    apart, read in place."""
+    fill = {np.dtype(np.int8): 127, np.dtype(np.uint8): 255}.get(x.dtype, np.nan)
     buffer = np.full((x.shape[0], n_k + SPARE, *x.shape[2:]), fill, x.dtype)
     buffer[:, :n_k] = x
     return buffer[:, :n_k]
@@ -75,24 +77,28 @@ def numpy_dtype(name):
 
 
 def make_call(dtype, group, n_q, n_k, d, d_v, seed=0, logits=1.0):
-    """(args for run or run_int8 without out, causal and scale; out; the float64 q, k, v the
-    reference reads, k and v repeated per query head).  int8: codes in [-127, 127] and
-    per-row scales about 2/127 (values up to about 2), dequantised as the kernel does; a
-    decode call's queries (n_q <= DECODE_MAX_QUERIES) quantised as it multiplies them
-    (tests/test_c_int8_dot.py)."""
+    """(args for run, run_int8 or run_int4 without out, causal and scale; out; the float64
+    q, k, v the reference reads, k and v repeated per query head).  int8: codes in [-127,
+    127] and per-row scales about 2/127 (values up to about 2), dequantised as the kernel
+    does; int4 alike, codes in [-7, 7] packed two to a byte and a scale per 32 values of a
+    row; a decode call's queries (n_q <= DECODE_MAX_QUERIES) quantised as it multiplies
+    them, per key group (tests/test_c_int8_dot.py)."""
     rng = np.random.default_rng(seed)
     kv_heads = HEADS // group
-    if dtype == "int8":
+    if dtype in ("int8", "int4"):
+        levels, per = (127, None) if dtype == "int8" else (7, INT4_GROUP)   # per: values a scale
         q = (logits * rng.standard_normal((HEADS, n_q, d))).astype(np.float32)
-        codes = [rng.integers(-127, 128, (kv_heads, n_k, width), dtype=np.int8) for width in (d, d_v)]
-        scales = [(logits * rng.uniform(0.5, 1.5, (kv_heads, n_k)) / 64).astype(np.float32)
-                  for _ in range(2)]
-        scales[1] *= np.float32(64 / logits)   # values of about 1 whatever the logits
-        k, v = (s[..., None] * c.astype(np.float32) for s, c in zip(scales, codes))
-        args = (q, spaced(codes[0], n_k), scales[0], spaced(codes[1], n_k), scales[1])
+        codes = [rng.integers(-levels, levels + 1, (kv_heads, n_k, width), dtype=np.int8) for width in (d, d_v)]
+        scales = [(logits * rng.uniform(0.5, 1.5, (kv_heads, n_k, *(() if per is None else (-(-width // per),))))
+                   / (levels / 2)).astype(np.float32) for width in (d, d_v)]
+        scales[1] *= np.float32(1 / logits)   # values of about 1 whatever the logits
+        k, v = (c.astype(np.float32) * (s[..., None] if per is None else np.repeat(s, per, axis=-1)[..., :c.shape[-1]])
+                for s, c in zip(scales, codes))
+        stored = codes if per is None else [pack_int4(c) for c in codes]
+        args = (q, spaced(stored[0], n_k), scales[0], spaced(stored[1], n_k), scales[1])
         out = np.empty((HEADS, n_q, d_v), np.float32)
         if n_q <= c_tiled.DECODE_MAX_QUERIES:
-            q = decode_queries(q)
+            q = decode_queries(q, per)
     else:
         q = (logits * rng.standard_normal((HEADS, n_q, d))).astype(numpy_dtype(dtype))
         k = (logits * rng.standard_normal((kv_heads, n_k, d))).astype(numpy_dtype(dtype))
@@ -103,8 +109,8 @@ def make_call(dtype, group, n_q, n_k, d, d_v, seed=0, logits=1.0):
 
 
 def call(dtype, args, out, causal, scale):
-    if dtype == "int8":
-        c_tiled.run_int8(*args, out, causal, scale)
+    if dtype in ("int8", "int4"):
+        getattr(c_tiled, f"run_{dtype}")(*args, out, causal, scale)
     else:
         c_tiled.run(*args, out, causal, scale)
 

@@ -1,5 +1,6 @@
 """The int8 cache's integer dot products (csrc/int8_dot.c): a decode step quantises its query
-rows once, to int16, and computes Q·Kᵀ as exact integer sums, on every unit the CPU runs.
+rows once, to int16, and computes Q·Kᵀ as exact integer sums, on every unit the CPU runs
+(an int4 cache's too, its keys unpacked to int8 codes, a group of 32 values at a time).
 
 Each unit's scores are held bit for bit to an exact model: the queries quantised by
 ``kernels.cache_formats.decode_query_codes`` (the same float32 operations), the sums in
@@ -116,21 +117,21 @@ def test_the_queries_decoded_are_codes_times_steps():
 
 @pytest.mark.parametrize("kv_heads", (8, 2, 1))
 @pytest.mark.parametrize("n_q", (1, 3))
-def test_a_decode_step_is_float32_on_the_quantised_queries_with_each_unit(unit, kv_heads, n_q):
-    """The whole step (c_tiled.run_int8, split-KV) with the unit selected, against the float64
-    reference on the quantised queries and the dequantised cache, within float32's tolerance
-    (tests/test_c_grouped.py's)."""
-    from tests.test_c_grouped import assert_matches, make_call, reference, tolerance
+@pytest.mark.parametrize("cache, d, d_v", (("int8", 64, 64), ("int4", 64, 64), ("int4", 70, 33)))
+def test_a_decode_step_is_float32_on_the_quantised_queries_with_each_unit(unit, kv_heads, n_q, cache, d, d_v):
+    """The whole step (c_tiled.run_int8 or run_int4, split-KV) with the unit selected, against
+    the float64 reference on the quantised queries (int4: per group of 32 values, as its keys'
+    scales) and the dequantised cache, within float32's tolerance (tests/test_c_grouped.py's)."""
+    from tests.test_c_grouped import assert_matches, call, make_call, reference, tolerance
 
     group = 8 // kv_heads
-    args, out, (_, k, v) = make_call("int8", group, n_q, 1000, 64, 64, seed=kv_heads + n_q)
-    q = args[0]
+    args, out, (q, k, v) = make_call(cache, group, n_q, 1000, d, d_v, seed=kv_heads + n_q)
     c_tiled.use_int8_dot(unit)
     try:
         for causal in (False, True):
-            c_tiled.run_int8(*args, out, causal, 0.125)
-            assert_matches(out, reference(decode_queries(q), k, v, causal, 0.125), v,
-                           tolerance("int8", 1000, 64), f"{unit} causal={causal}")
+            call(cache, args, out, causal, 0.125)
+            assert_matches(out, reference(q, k, v, causal, 0.125), v, tolerance(cache, 1000, d),
+                           f"{unit} {cache} causal={causal}")
     finally:
         c_tiled.use_isa("auto")
 

@@ -27,11 +27,13 @@ def tokens(n, kv_heads, seed=0):
 def held_to(cache, q, kernel_name):
     """(inputs, dtype) a kernel attending ``cache`` is held to: the queries as the cache
     passes them on (rounded to a 16-bit format; quantised where the kernel multiplies int8
-    keys as integers: ``Kernel.int8_query_rows``), the keys and values as stored, the type
-    whose budget applies (the 16-bit type's: its kernels may round P in it)."""
+    or int4 keys as integers: ``Kernel.int8_query_rows``, int4's per group of 32 values),
+    the keys and values as stored, the type whose budget applies (the 16-bit type's: its
+    kernels may round P in it)."""
     fmt = cache.format
-    if fmt.name == "int8" and q.shape[1] <= kernels.KERNELS[kernel_name].int8_query_rows:
-        q = decode_queries(q)
+    record = kernels.KERNELS[kernel_name]
+    if fmt.name in record.quantised_caches and q.shape[1] <= record.int8_query_rows:
+        q = decode_queries(q, fmt.group or None)
     if fmt.scaled or fmt.name == "float32":
         keys, values = cache.dequantised()
         return (q, keys, values), np.float32
@@ -203,17 +205,20 @@ def test_int4_groups_are_quantised_apart_symmetric_and_nonfinite_groups_kept_apa
 
 @pytest.mark.parametrize("d, d_v", [(1, 1), (5, 33), (64, 64), (70, 96)])
 def test_c_tiled_reads_an_int4_cache_as_float32_reads_its_values(d, d_v):
-    """run_int4, in place and on odd widths and a short last group: bit for bit c_tiled's
-    float32 call on the dequantised cache, decoding (1 and 3 queries) and in query tiles
-    (9 queries); its layout errors named."""
+    """run_int4, in place and on odd widths and a short last group: in query tiles (9
+    queries) bit for bit c_tiled's float32 call on the dequantised cache; decoding (1 and 3
+    queries, integer keys) float32 on the queries quantised per group; its layout errors
+    named."""
     rng = np.random.default_rng(d)
     cache = kernels.KVCache(4, d, head_dim_v=d_v, kv_heads=2, cache_dtype="int4", capacity=8)
     cache.append(rng.standard_normal((2, 150, d), dtype=np.float32), rng.standard_normal((2, 150, d_v), dtype=np.float32))
     keys, values = cache.dequantised()
-    for t in (1, 3, 9):
+    for t in (1, 3):
         q = rng.standard_normal((4, t, d), dtype=np.float32)
-        expected = kernels.attention(q, keys, values, kernel="c_tiled", causal=True)
-        np.testing.assert_array_equal(cache.attend(q, kernel="c_tiled"), expected)
+        check_step(cache, q, cache.attend(q, kernel="c_tiled"), "c_tiled", f"{t} queries")
+    q = rng.standard_normal((4, 9, d), dtype=np.float32)
+    expected = kernels.attention(q, keys, values, kernel="c_tiled", causal=True)
+    np.testing.assert_array_equal(cache.attend(q, kernel="c_tiled"), expected)
     run_int4 = kernels.KERNELS["c_tiled"].implementation.run_int4
     out = np.empty((4, 1, d_v), np.float32)
     with pytest.raises(ValueError, match=r"k_scale must be \(B_kv, n_k, "):

@@ -12,10 +12,11 @@
 #include "tiles.h"
 
 /* the 16-bit types run on float32's tiles (they are widened to float32 as they are packed;
-   on an AVX512-BF16 path bfloat16 is packed in pairs instead, in the same tiles), and so does
+   on an AVX512-BF16 path bfloat16 is packed in pairs instead, in the same tiles), and so do
    Q8, the int8 KV cache (float32 q, int8 K and V with a float32 scale per row, dequantised
-   as they are packed) */
-enum dtype { F32, F64, BF16, F16, Q8, N_DTYPES };
+   as they are packed), and Q4, the int4 one (two codes a byte, a float32 scale per 32
+   values of a row) */
+enum dtype { F32, F64, BF16, F16, Q8, Q4, N_DTYPES };
 
 enum poison { CLEAN, NAN_Q, NAN_K, NAN_V, INF_Q };
 
@@ -26,7 +27,7 @@ struct shape {
     int64_t batch, n_q, n_k, d, d_v;
     double logit_scale;     /* multiplies q and k: large logits */
     enum poison poison;     /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head
-                               (an int8 K or V: that row's scale NaN) */
+                               (an int8 or int4 K or V: that row's scales NaN) */
     unsigned skip_dtypes;   /* the types (1u << F32, ...) not to run it at; 0: none */
 };
 
@@ -38,8 +39,8 @@ struct grouped_shape {
     int64_t group, kv_spare;
 };
 
-#define FLOAT32_TILES (1u << F64)                             /* float32, bfloat16, float16, int8 */
-#define FLOAT64_TILES (1u << F32 | 1u << BF16 | 1u << F16 | 1u << Q8)    /* float64 */
+#define FLOAT32_TILES (1u << F64)                       /* float32, bfloat16, float16, int8, int4 */
+#define FLOAT64_TILES (1u << F32 | 1u << BF16 | 1u << F16 | 1u << Q8 | 1u << Q4)    /* float64 */
 
 /* The query-tile path at the edges of one precision's tiles, query_tile rows × key_tile
    keys, at the types that run on those tiles only: a tile, one short of it and one past it in both directions,

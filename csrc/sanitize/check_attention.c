@@ -70,14 +70,14 @@ static double rounding_allowed(int isa, enum dtype t)
 #define TWO_PI 6.283185307179586   /* M_PI is not C11 */
 #define UNWRITTEN 1e30
 
-static const char *const DTYPE_NAMES[] = {"float32", "float64", "bfloat16", "float16", "int8"};
+static const char *const DTYPE_NAMES[] = {"float32", "float64", "bfloat16", "float16", "int8", "int4"};
 /* of the type each is computed in: the 16-bit inputs are exact in float32, the int8 cache is
    compared with its dequantised values (float32's, as the kernel computes them), and all
    that is rounded afterwards is float32 (the output stays float32) */
-static const double UNIT_ROUNDOFF[] = {0x1p-24, 0x1p-53, 0x1p-24, 0x1p-24, 0x1p-24};
-/* of K and V (Q8: the codes; its q and scales are float32) */
+static const double UNIT_ROUNDOFF[] = {0x1p-24, 0x1p-53, 0x1p-24, 0x1p-24, 0x1p-24, 0x1p-24};
+/* of K and V (Q8: the codes, Q4: a byte of two; their q and scales are float32) */
 static const size_t ITEMSIZE[] = {sizeof(float), sizeof(double), sizeof(uint16_t), sizeof(uint16_t),
-                                  sizeof(int8_t)};
+                                  sizeof(int8_t), sizeof(uint8_t)};
 
 /* d and d_v from 1 to WIDTH_MAX, together and crossed, on each path */
 static const struct shape WIDTH_SWEEPS[] = {
@@ -119,10 +119,10 @@ static enum dtype output_type(enum dtype t)
     return t == F64 ? F64 : F32;
 }
 
-/* the type of q at dtype t: the int8 cache's is float32 */
+/* the type of q at dtype t: the int8 and int4 caches' is float32 */
 static enum dtype query_type(enum dtype t)
 {
-    return t == Q8 ? F32 : t;
+    return t == Q8 || t == Q4 ? F32 : t;
 }
 
 /* the bits of x rounded to bfloat16, to nearest even (NaN kept quiet) */
@@ -247,6 +247,34 @@ static double *make_int8_input(int64_t heads, int64_t rows, int64_t cols, double
     return x;
 }
 
+/* An int4 K or V (heads, rows, cols) as make_int8_input's: codes from seeded normals (about
+   2.5 per unit, clamped to ±7) packed two to a byte into *bytes (rows of ceil(cols / 2),
+   kernels/cache_formats.py), *scales one float32 per group of 32 values of a row (NaN for
+   every group of poisoned_row if poisoned); returns the values the kernel reads. */
+static double *make_int4_input(int64_t heads, int64_t rows, int64_t cols, double gain,
+                               int poisoned, uint64_t *state, uint8_t **bytes, float **scales)
+{
+    const int64_t row_bytes = int4_row_bytes(cols), groups = int4_row_scales(cols);
+    double *x = checked_malloc((size_t)(heads * rows * cols) * sizeof *x);
+    *bytes = checked_malloc((size_t)(heads * rows * row_bytes));
+    *scales = checked_malloc((size_t)(heads * rows * groups) * sizeof **scales);
+    memset(*bytes, INT4_OFFSET | INT4_OFFSET << 4, (size_t)(heads * rows * row_bytes));   /* codes 0 */
+    for (int64_t row = 0; row < heads * rows; row++) {
+        for (int64_t g = 0; g < groups; g++) {
+            const double factor = 0.5 + (next_random(state) >> 11) * 0x1p-53;
+            (*scales)[row * groups + g] = poisoned && row % rows == poisoned_row(rows) ? NAN
+                                          : (float)(gain / 2.5 * factor);
+        }
+        for (int64_t c = 0; c < cols; c++) {
+            const int code = (int)fmax(-7, fmin(7, nearbyint(2.5 * standard_normal(state))));
+            uint8_t *byte = *bytes + row * row_bytes + c / 2;
+            *byte = (uint8_t)((*byte & (c % 2 ? 0x0f : 0xf0)) | (code + INT4_OFFSET) << (4 * (c % 2)));
+            x[row * cols + c] = (*scales)[row * groups + c / INT4_GROUP] * (float)code;   /* one float32 rounding */
+        }
+    }
+    return x;
+}
+
 /* x (heads, rows, cols) of `size`-byte elements with its heads head_rows >= rows rows apart,
    the rows between filled with copies of the element at fill: malloc'd to end with the last
    head's last row, as a cache's view [:, :rows] would be read */
@@ -363,32 +391,42 @@ static struct buffer kv_input(const struct problem *pr, const double *x, int64_t
     return kernel_input(spread, typed_bytes(pr->t, elements));
 }
 
-/* x (rows, d) = the float32 queries q as a decode step on the int8 cache multiplies them
-   (tile_ops.h, quantise_query_rows): each row's codes times its step, exact in double */
-static void quantised_queries(const float *q, int64_t rows, int64_t d, double *x)
+/* x (rows, d) = the float32 queries q as a decode step on the int8 (group = d) or int4
+   (group = INT4_GROUP) cache multiplies them (tile_ops.h, quantise_query_rows, a group of
+   each row at a time): each group's codes times its step, exact in double */
+static void quantised_queries(const float *q, int64_t rows, int64_t d, int64_t group, double *x)
 {
-    const int64_t stride = round_up(d, INT8_DOT_PAD);
+    const int64_t stride = round_up(group < d ? group : d, INT8_DOT_PAD);
     int16_t *codes = checked_malloc((size_t)(rows * stride) * sizeof *codes);
     float *steps = checked_malloc((size_t)rows * sizeof *steps);
-    quantise_query_rows(q, rows, d, 1.0f, codes, steps);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < d; c++)
-            x[r * d + c] = (double)codes[r * stride + c] * steps[r];
+    for (int64_t c0 = 0; c0 < d; c0 += group) {
+        const int64_t width = d - c0 < group ? d - c0 : group;
+        quantise_query_rows(q + c0, rows, width, d, 1.0f, codes, steps);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < width; c++)
+                x[r * d + c0 + c] = (double)codes[r * round_up(width, INT8_DOT_PAD) + c] * steps[r];
+    }
     free(codes);
     free(steps);
 }
 
-/* an int8 K or V's codes and scales, compact, as the kernel reads them (freed here) */
-static void int8_kv_input(const struct problem *pr, int8_t *codes, float *scales, int64_t cols,
-                          struct buffer *codes_t, struct buffer *scales_t)
+/* an int8 or int4 K or V's codes (row_bytes a row) and scales (row_scales a row), compact,
+   spread as the kernel reads them (the spare rows' codes 127, or 7 and 7, their scales
+   NaN); freed here */
+static void scaled_kv_input(const struct problem *pr, void *codes, float *scales, int64_t row_bytes,
+                            int64_t row_scales, struct buffer *codes_t, struct buffer *scales_t)
 {
     const int64_t rows = (pr->kv_heads - 1) * pr->kv_rows + pr->s->n_k;
-    const int8_t spare_code = 127;
+    const uint8_t spare_byte = pr->t == Q8 ? 127 : 0xff;
     const float spare_scale = NAN;
-    *codes_t = kernel_input(spread_heads(codes, 1, pr->kv_heads, pr->s->n_k, cols, pr->kv_rows, &spare_code),
-                            (size_t)(rows * cols));
-    *scales_t = kernel_input(spread_heads(scales, sizeof(float), pr->kv_heads, pr->s->n_k, 1, pr->kv_rows,
-                                          &spare_scale), (size_t)rows * sizeof(float));
+    *codes_t = kernel_input(spread_heads(codes, 1, pr->kv_heads, pr->s->n_k, row_bytes, pr->kv_rows, &spare_byte),
+                            (size_t)(rows * row_bytes));
+    float *spare_scales = checked_malloc((size_t)row_scales * sizeof *spare_scales);
+    for (int64_t g = 0; g < row_scales; g++)
+        spare_scales[g] = spare_scale;
+    *scales_t = kernel_input(spread_heads(scales, sizeof(float) * (size_t)row_scales, pr->kv_heads, pr->s->n_k, 1,
+                                          pr->kv_rows, spare_scales), (size_t)(rows * row_scales) * sizeof(float));
+    free(spare_scales);
     free(codes);
     free(scales);
 }
@@ -412,17 +450,26 @@ static struct problem make_problem(const struct shape *s, int64_t group, int64_t
         float *scales;
         pr.k = make_int8_input(pr.kv_heads, s->n_k, s->d, s->logit_scale, s->poison == NAN_K, &state,
                                &codes, &scales);
-        int8_kv_input(&pr, codes, scales, s->d, &pr.k_t, &pr.k_scale);
+        scaled_kv_input(&pr, codes, scales, s->d, 1, &pr.k_t, &pr.k_scale);
         pr.v = make_int8_input(pr.kv_heads, s->n_k, s->d_v, 1, s->poison == NAN_V, &state, &codes, &scales);
-        int8_kv_input(&pr, codes, scales, s->d_v, &pr.v_t, &pr.v_scale);
+        scaled_kv_input(&pr, codes, scales, s->d_v, 1, &pr.v_t, &pr.v_scale);
+    } else if (t == Q4) {
+        uint8_t *bytes;
+        float *scales;
+        pr.k = make_int4_input(pr.kv_heads, s->n_k, s->d, s->logit_scale, s->poison == NAN_K, &state,
+                               &bytes, &scales);
+        scaled_kv_input(&pr, bytes, scales, int4_row_bytes(s->d), int4_row_scales(s->d), &pr.k_t, &pr.k_scale);
+        pr.v = make_int4_input(pr.kv_heads, s->n_k, s->d_v, 1, s->poison == NAN_V, &state, &bytes, &scales);
+        scaled_kv_input(&pr, bytes, scales, int4_row_bytes(s->d_v), int4_row_scales(s->d_v), &pr.v_t,
+                        &pr.v_scale);
     } else {
         pr.k = make_input(t, pr.kv_heads, s->n_k, s->d, s->logit_scale, s->poison == NAN_K, s->poison, &state);
         pr.v = make_input(t, pr.kv_heads, s->n_k, s->d_v, 1, s->poison == NAN_V, s->poison, &state);
         pr.k_t = kv_input(&pr, pr.k, s->d);
         pr.v_t = kv_input(&pr, pr.v, s->d_v);
     }
-    if (t == Q8 && s->n_q <= DECODE_MAX_QUERIES)
-        quantised_queries(pr.q_t.p, s->batch * s->n_q, s->d, pr.q);
+    if ((t == Q8 || t == Q4) && s->n_q <= DECODE_MAX_QUERIES)
+        quantised_queries(pr.q_t.p, s->batch * s->n_q, s->d, t == Q8 ? s->d : INT4_GROUP, pr.q);
     pr.ref = checked_malloc(pr.out_len * sizeof *pr.ref);
     reference(s, group, causal, pr.scale, pr.q, pr.k, pr.v, pr.ref);
     for (size_t i = 0; i < (size_t)(pr.kv_heads * s->n_k * s->d_v); i++)
@@ -442,8 +489,9 @@ static struct problem make_problem(const struct shape *s, int64_t group, int64_t
        job), and loose: the worst error seen is about 1% of it. A wrong index is off by
        O(max|v|); one leaked key moves a row by about max|v| / (the keys the row sees), which
        only the largest shapes here bring near the float32 tolerance, none near float64's.
-       (int8: the reference's K and V are the dequantised values the kernel computes with,
-       and decoding, n_q <= DECODE_MAX_QUERIES, its q the quantised queries too.) */
+       (int8 and int4: the reference's K and V are the dequantised values the kernel
+       computes with, and decoding, n_q <= DECODE_MAX_QUERIES, its q the quantised queries
+       too.) */
     const double magnitude = pr.scale * max_row_norm(pr.q, s->batch * s->n_q, s->d)
                                       * max_row_norm(pr.k, pr.kv_heads * s->n_k, s->d);
     pr.tolerance = 4 * UNIT_ROUNDOFF[t] * ((s->d + 1) * magnitude + s->n_k + 8);
@@ -501,6 +549,9 @@ static int forward(const struct problem *pr, void *out, int round_out, int threa
         return attn_forward_f16(q, k, v, out, round_out, SHAPE, (float)pr->scale, threads);
     case Q8:
         return attn_forward_q8(q, k, pr->k_scale.p, v, pr->v_scale.p, out, SHAPE, (float)pr->scale,
+                               threads);
+    case Q4:
+        return attn_forward_q4(q, k, pr->k_scale.p, v, pr->v_scale.p, out, SHAPE, (float)pr->scale,
                                threads);
     default:
         return attn_forward_f64(q, k, v, out, SHAPE, pr->scale, threads);
@@ -627,9 +678,10 @@ static void check_shape(const struct shape *s, int64_t group, int64_t kv_spare, 
                     continue;
                 attn_select_isa(ISAS[isa]);
                 const char *units[N_INT8_UNITS];
-                const int n_units = t == Q8 ? int8_units_of_path(units) : 1;
+                const int integer_keys = t == Q8 || t == Q4;
+                const int n_units = integer_keys ? int8_units_of_path(units) : 1;
                 for (int u = 0; u < n_units; u++) {
-                    if (t == Q8)
+                    if (integer_keys)
                         attn_select_int8_dot(units[u]);
                     for (int ti = 0; ti < 2; ti++) {
                         struct tally *tally = &tallies[isa][t][ti];
@@ -651,7 +703,7 @@ int main(void)
         if (isa_available[isa]) {
             const char *units[N_INT8_UNITS];
             const int n_units = int8_units_of_path(units);
-            printf("ISA %s: runs as \"%s\"; int8 keys by", ISAS[isa], attn_active_isa());
+            printf("ISA %s: runs as \"%s\"; int8 and int4 keys by", ISAS[isa], attn_active_isa());
             for (int u = 0; u < n_units; u++)
                 printf(" %s%s", units[u], u + 1 < n_units ? "," : "\n");
         }

@@ -32,10 +32,11 @@ new queries rounded to the cache's type too (as engines with such caches do: one
 in, float32 accumulation inside), the result left in float32.  On an int8 cache
 ``c_tiled`` quantises a step's queries to int16 (per row) and multiplies them with the
 keys as integers (``kernels.cache_formats.decode_queries``): a score moves by at most
-|scale| · max|q_row| / 65534 · Σ_c |k_jc| more, a 256th of the keys' own rounding.  An
-int4 cache ``c_tiled`` reads in place, a block of rows dequantised at a time; the other
-kernels, and ``numpy`` and ``naive`` for every scaled format, widen the whole cache first
-(O(n·d) more bytes, which their times show; ``Kernel.quantised_caches`` says which).
+|scale| · max|q_row| / 65534 · Σ_c |k_jc| more, a 256th of the keys' own rounding; on an
+int4 cache likewise, a group of 32 values at a time, its keys unpacked to int8 codes a
+block of rows at a time.  ``numba_tiled`` widens an int4 cache whole first, as ``numpy``
+and ``naive`` widen every scaled one (O(n·d) more bytes, which their times show;
+``Kernel.quantised_caches`` says which formats a kernel reads in place).
 
 The buffers are preallocated and doubled when full, so appending costs amortised O(d)
 per token and a head's cached rows stay one strided view, which ``numba_tiled`` and

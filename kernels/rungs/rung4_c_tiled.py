@@ -88,9 +88,13 @@ cycle of 2 FMA units (P·V) and what vpmaddwd sustains (Q·Kᵀ: 4.9 cycles per 
 at d = 64, rdtsc around qk_rows in L1).
 int4 KV cache (``run_int4``): two codes a byte and a float32 scale per 32 values of a row
 (``kernels.cache_formats``), 40 bytes a row at d = 64 against int8's 68 and float32's 256.
-Read in place and dequantised into per-thread scratch a tile, or a decode block of 64 rows,
-at a time (csrc/convert.c's widen_q4), then computed by the float32 operations, so that
-the result is float32's on the dequantised cache, bit for bit.
+Read in place.  The query tiles dequantise each tile into per-thread scratch (csrc/convert.c's
+widen_q4) and compute float32's result on the dequantised cache, bit for bit.  Decoding
+unpacks each block of 64 key rows to int8 codes (unpack_q4) and multiplies them as the
+int8 cache's keys, a group of 32 values at a time with the step's queries quantised per
+group (``decode_queries(q, INT4_GROUP)``), the groups' scores added in float; the values
+likewise, a group of columns at a time, for up to 8 query rows per K/V head (dequantised
+into scratch beyond, and on the generic path).
 Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal); decoding is bound
 by the bytes read, B_kv · n_k · (d + d_v) elements (int8: plus 8 bytes of scales a row);
 extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
