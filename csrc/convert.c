@@ -52,10 +52,8 @@ static void widen_q4_generic(const uint8_t *x, const float *scale, int64_t rows,
 {
     const int64_t bytes = int4_row_bytes(width), groups = int4_row_scales(width);
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t c = 0; c < width; c++) {
-            const int code = (x[i * bytes + c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET;
-            y[i * width + c] = scale[i * groups + c / INT4_GROUP] * (float)code;
-        }
+        for (int64_t c = 0; c < width; c++)
+            y[i * width + c] = scale[i * groups + c / INT4_GROUP] * (float)int4_code(x + i * bytes, c);
 }
 
 /* unpack_q4 of group g of every row */
@@ -67,7 +65,7 @@ static void unpack_q4_group(const uint8_t *x, const float *scale, int64_t rows, 
     int8_t *out = codes + g * capacity * INT4_GROUP;
     for (int64_t i = 0; i < rows; i++) {
         for (int64_t c = c0; c < c0 + w; c++)
-            out[i * w + c - c0] = (int8_t)((x[i * bytes + c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET);
+            out[i * w + c - c0] = (int8_t)int4_code(x + i * bytes, c);
         scales[g * capacity + i] = scale[i * groups + g];
     }
 }
@@ -136,22 +134,29 @@ static AVX2 void widen_q8_avx2(const int8_t *x, const float *scale, int64_t rows
     }
 }
 
-/* a whole group of 32 int4 values (16 bytes) at a time: the nibbles masked and shifted
-   apart, interleaved back into order (vpunpck{l,h}bw), less 8, then as widen_q8_avx2; the
-   rest of a row scalar. Also the AVX-512 set's (a block of a decode step is 64 rows of
+/* the 32 int4 codes of a whole group (16 bytes at x) as int8, in order: the nibbles masked
+   and shifted apart, interleaved back (vpunpck{l,h}bw), less 8 */
+static inline AVX2 void int4_group_codes(const uint8_t *x, __m128i codes[2])
+{
+    const __m128i nibble = _mm_set1_epi8(15), offset = _mm_set1_epi8(INT4_OFFSET);
+    const __m128i b = _mm_loadu_si128((const __m128i *)x);
+    const __m128i lo = _mm_and_si128(b, nibble), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nibble);
+    codes[0] = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), offset);
+    codes[1] = _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), offset);
+}
+
+/* a whole group of 32 values at a time (int4_group_codes), then as widen_q8_avx2; the rest
+   of a row scalar. Also the AVX-512 set's (a block of a decode step is 64 rows of
    ceil(d / 32) groups: the conversion is a small part of the step at either width). */
 static AVX2 void widen_q4_avx2(const uint8_t *x, const float *scale, int64_t rows, int64_t width, float *y)
 {
     const int64_t bytes = int4_row_bytes(width), groups = int4_row_scales(width), full = width / INT4_GROUP;
-    const __m128i nibble = _mm_set1_epi8(15), offset = _mm_set1_epi8(INT4_OFFSET);
     for (int64_t i = 0; i < rows; i++) {
         const uint8_t *xi = x + i * bytes;
         float *yi = y + i * width;
         for (int64_t g = 0; g < full; g++) {
-            const __m128i b = _mm_loadu_si128((const __m128i *)(xi + g * INT4_GROUP / 2));
-            const __m128i lo = _mm_and_si128(b, nibble), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nibble);
-            const __m128i codes[2] = {_mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), offset),
-                                      _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), offset)};
+            __m128i codes[2];
+            int4_group_codes(xi + g * INT4_GROUP / 2, codes);
             const __m256 s = _mm256_set1_ps(scale[i * groups + g]);
             for (int h = 0; h < 2; h++) {
                 float *out = yi + g * INT4_GROUP + 16 * h;
@@ -160,28 +165,24 @@ static AVX2 void widen_q4_avx2(const uint8_t *x, const float *scale, int64_t row
                     s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(codes[h], 8)))));
             }
         }
-        for (int64_t c = full * INT4_GROUP; c < width; c++) {
-            const int code = (xi[c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET;
-            yi[c] = scale[i * groups + c / INT4_GROUP] * (float)code;
-        }
+        for (int64_t c = full * INT4_GROUP; c < width; c++)
+            yi[c] = scale[i * groups + c / INT4_GROUP] * (float)int4_code(xi, c);
     }
 }
 #define widen_q4_avx512 widen_q4_avx2
 
-/* unpack_q4's whole groups as widen_q4_avx2 separates their nibbles, stored as int8; a short
-   last group by unpack_q4_generic */
+/* unpack_q4's whole groups by int4_group_codes; a short last group as unpack_q4_generic's */
 static AVX2 void unpack_q4_avx2(const uint8_t *x, const float *scale, int64_t rows, int64_t width,
                                 int64_t capacity, int8_t *codes, float *scales)
 {
     const int64_t bytes = int4_row_bytes(width), groups = int4_row_scales(width), full = width / INT4_GROUP;
-    const __m128i nibble = _mm_set1_epi8(15), offset = _mm_set1_epi8(INT4_OFFSET);
     for (int64_t g = 0; g < full; g++) {
         int8_t *out = codes + g * capacity * INT4_GROUP;
         for (int64_t i = 0; i < rows; i++) {
-            const __m128i b = _mm_loadu_si128((const __m128i *)(x + i * bytes + g * INT4_GROUP / 2));
-            const __m128i lo = _mm_and_si128(b, nibble), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nibble);
-            _mm_storeu_si128((__m128i *)(out + i * INT4_GROUP), _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), offset));
-            _mm_storeu_si128((__m128i *)(out + i * INT4_GROUP + 16), _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), offset));
+            __m128i group[2];
+            int4_group_codes(x + i * bytes + g * INT4_GROUP / 2, group);
+            _mm_storeu_si128((__m128i *)(out + i * INT4_GROUP), group[0]);
+            _mm_storeu_si128((__m128i *)(out + i * INT4_GROUP + 16), group[1]);
             scales[g * capacity + i] = scale[i * groups + g];
         }
     }

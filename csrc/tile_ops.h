@@ -401,6 +401,7 @@ static inline void quantise_query_rows(const float *q, int64_t rows, int64_t d, 
 #define INT4_OFFSET 8
 static inline int64_t int4_row_bytes(int64_t width) { return (width + 1) / 2; }
 static inline int64_t int4_row_scales(int64_t width) { return (width + INT4_GROUP - 1) / INT4_GROUP; }
+static inline int int4_code(const uint8_t *row, int64_t c) { return (row[c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET; }
 
 /* Conversions between float and the other formats (convert.c), one set per ISA:
    widen_bf16, widen_f16: y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16
