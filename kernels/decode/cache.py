@@ -22,11 +22,12 @@ What each format costs in accuracy (``kernels.decode.fidelity``; the report's fi
 table has the figures of a 65,536-token cache and of a 1,000-step decode): the error of
 the output against float64 on the float32 values is that of the stored values, so a step
 reads errors of the order of float16's 2**-11, bfloat16's 2**-8, int8's max|x| / 254 and
-int4's max|x_group| / 14 per element, averaged by the softmax; the entries, once stored, never change,
-so the error does not grow with the steps (it tracks the cache's contents, not their number).
+int4's max|x_group| / 14 per element, averaged by the softmax; the entries, once stored,
+never change, so the error does not grow with the steps (it tracks the cache's contents,
+not their number).
 
-How the kernels read it: ``numba_tiled`` and ``c_tiled`` read every format in place,
-widening (or dequantising) a block of rows at a time inside their inner loops, never a
+How the kernels read it: ``c_tiled`` reads every format in place, and ``numba_tiled``
+every one but int4, widening (or dequantising) a block of rows at a time inside their inner loops, never a
 widened copy of the cache; a 16-bit cache is attended by the kernels' 16-bit path, its
 new queries rounded to the cache's type too (as engines with such caches do: one type
 in, float32 accumulation inside), the result left in float32.  On an int8 cache
