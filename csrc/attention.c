@@ -208,12 +208,20 @@ const char *attn_int8_dot(void)
     return active_int8->unit;
 }
 
+/* attn_int8_scores' and attn_int4_scores' unit, or NULL when the CPU does not run it or the
+   sizes are out of range */
+static const struct int8_dot_ops *scores_unit(const char *unit, int64_t rows, int64_t keys, int64_t s_stride)
+{
+    const int fits = rows >= 1 && rows <= ROW_GROUP && keys >= 1 && keys <= ROW_KEYS_MAX
+                     && s_stride >= round_up(keys, ROW_KEY_PAD);
+    return fits ? runnable_int8_unit(unit) : NULL;
+}
+
 int attn_int8_scores(const char *unit, const int8_t *k, const float *k_scale, int64_t keys, int64_t d,
                      const float *q, int64_t rows, float scale, float *s, int64_t s_stride)
 {
-    const struct int8_dot_ops *ops = runnable_int8_unit(unit);
-    if (!ops || rows < 1 || rows > ROW_GROUP || keys < 1 || keys > ROW_KEYS_MAX
-        || s_stride < round_up(keys, ROW_KEY_PAD))
+    const struct int8_dot_ops *ops = scores_unit(unit, rows, keys, s_stride);
+    if (!ops)
         return -1;
     const int64_t q_stride = round_up(d, INT8_DOT_PAD);
     int16_t *codes = malloc((size_t)(rows * q_stride) * sizeof *codes);
@@ -224,6 +232,32 @@ int attn_int8_scores(const char *unit, const int8_t *k, const float *k_scale, in
     ops->qk_rows(k, k_scale, keys, d, codes, q_scale, rows, s, s_stride, read_ahead_of(NULL, 0));
     free(codes);
     return 0;
+}
+
+int attn_int4_scores(const char *unit, const uint8_t *k, const float *k_scale, int64_t keys, int64_t d,
+                     const float *q, int64_t rows, float scale, float *s, int64_t s_stride)
+{
+    const struct int8_dot_ops *ops = scores_unit(unit, rows, keys, s_stride);
+    if (!ops)
+        return -1;
+    const int64_t groups = int4_row_scales(d);
+    int16_t *codes = malloc((size_t)(groups * rows * INT4_GROUP) * sizeof *codes);
+    float *scales = malloc((size_t)(groups * (rows + keys)) * sizeof *scales);
+    int32_t *sums = malloc((size_t)(groups * rows) * sizeof *sums);
+    if (codes && scales && sums) {
+        float *k_scales = scales + groups * rows;   /* group g's of key j at g · keys + j */
+        for (int64_t j = 0; j < keys; j++)
+            for (int64_t g = 0; g < groups; g++)
+                k_scales[g * keys + j] = k_scale[j * groups + g];
+        quantise_query_groups(q, rows, d, scale, codes, scales, sums);
+        ops->qk_rows_q4(k, k_scales, keys, keys, d, codes, scales, sums, rows, rows, s, s_stride,
+                        read_ahead_of(NULL, 0));
+    }
+    const int failed = !(codes && scales && sums);
+    free(codes);
+    free(scales);
+    free(sums);
+    return failed;
 }
 
 /* the bfloat16 dot-product instructions of the path named (tile_ops_bf16), over arrays */
@@ -356,11 +390,11 @@ __attribute__((constructor)) static void select_default_isa(void)
 
 /* the int4 cache: float queries in place, K and V rows (two codes a byte, a scale per 32
    values). The query tiles dequantise each tile into staging for the float32 operations.
-   Decoding unpacks a block's keys to int8 codes (a group of 32 in 8 instructions) for the
-   int8 cache's integer dot products, a group at a time with its query codes and scale, and,
-   up to 8 query rows per K/V head, its values likewise for the int8 rows' P·V a group of
-   columns at a time; beyond, and on the generic path, the values are dequantised into
-   staging. */
+   Decoding multiplies the keys in place as integers, a group of 32 at a time, each key
+   byte widened once and split into its two nibbles (qk_rows_q4); up to 8 query rows per
+   K/V head it unpacks a block's values to int8 codes (a group of 32 in 8 instructions) for
+   the int8 rows' P·V a group of columns at a time; beyond, and on the generic path, the
+   values are dequantised into staging. */
 #define kv_elem uint8_t
 #define KV_ROW_ELEMS(width) int4_row_bytes(width)
 #define KV_ROW_SCALES(width) int4_row_scales(width)
@@ -372,7 +406,6 @@ __attribute__((constructor)) static void select_default_isa(void)
                                rows, width, DECODE_KEY_BLOCK, codes, scales)
 #define SUFFIX(name) name##_q4
 #define INT8_KEYS 1
-#define KEY_GROUP(d) INT4_GROUP
 #define KV_ROW_OPS q8_rows
 #define KV_ROW_OPS_MAX_ROWS 8
 #include "flash_driver_template.h"

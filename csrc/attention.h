@@ -77,6 +77,11 @@ int attn_select_int8_dot(const char *unit);
 const char *attn_int8_dot(void);
 int attn_int8_scores(const char *unit, const int8_t *k, const float *k_scale, int64_t keys, int64_t d,
                      const float *q, int64_t rows, float scale, float *s, int64_t s_stride);
+/* attn_int4_scores: the same on int4 keys k (keys, ceil(d / 2) bytes) and their scales
+   (keys, ceil(d / 32)), laid out as the int4 cache's, q quantised a group of 32 values at a
+   time as the step quantises it, the groups' scores added in order */
+int attn_int4_scores(const char *unit, const uint8_t *k, const float *k_scale, int64_t keys, int64_t d,
+                     const float *q, int64_t rows, float scale, float *s, int64_t s_stride);
 
 /* AVX512-BF16's instructions over arrays, on the path named ("avx512-bf16" or
    "avx512-bf16-emulated"), so that the emulation can be held to the unit: attn_bf16_dot:

@@ -30,22 +30,22 @@
                             P·V (pack_p); the split-KV path reads K and V in place through
                             KV_ROW_OPS with any number of rows (undefined at the end)
      INT8_KEYS              optional, 1 for the int8 and int4 caches: the split-KV path
-                            quantises the step's query rows once, to int16, a key group at a
-                            time (quantise_query_rows), and computes Q·Kᵀ as integer dot
-                            products (active_int8, struct int8_dot_ops), one per group, K never
-                            converted to float; the query tiles (prefill) stay float on
-                            dequantised K
-     KEY_GROUP(d)           with INT8_KEYS, optional: the values of a row sharing one scale
-                            (default d, a row: int8; int4: INT4_GROUP)
+                            quantises the step's query rows once, to int16 (int8: a row at a
+                            time, quantise_query_rows; int4: a group of 32 values at a time,
+                            quantise_query_groups), and computes Q·Kᵀ as integer dot products
+                            on the keys in place (active_int8, struct int8_dot_ops: qk_rows,
+                            or qk_rows_q4 with KV_UNPACK), K never converted to float; the
+                            query tiles (prefill) stay float on dequantised K
      KV_UNPACK(x, scale, row0, rows, width, codes, scales)
-                            with INT8_KEYS, optional (int4): rows [row0, row0 + rows) of the
-                            K or V head at x as int8 codes and scales group by group (struct
-                            convert_ops' unpack_q4, capacity DECODE_KEY_BLOCK), how a decode
-                            block's keys (and, read directly, its values) are read
+                            with INT8_KEYS, optional (the int4 cache, its keys read by
+                            qk_rows_q4): rows [row0, row0 + rows) of the V head at x as int8
+                            codes and scales group by group (struct convert_ops' unpack_q4,
+                            capacity DECODE_KEY_BLOCK), how a decode block's values are read
+                            directly
      OUT_NARROW(x, n, y)    optional (the 16-bit types): y[i] = x[i] rounded to the inputs'
                             type, i < n (a struct convert_ops function), how a call asked to
                             round its output (struct shape's round_out) stores each row
-     SUFFIX(name)           name##_f32, _f64, _bf16, _bf16_dot, _f16 or _q8
+     SUFFIX(name)           name##_f32, _f64, _bf16, _bf16_dot, _f16, _q8 or _q4
      TILE_OPS_T             struct tile_ops_f32, tile_ops_f64 or (PAIRED) tile_ops_bf16
      QUERY_TILE, KEY_TILE   tile sizes (query rows, keys)
      KEY_CAP                Sᵀ rows per panel: KEY_TILE rounded up to KEY_BLOCK
@@ -97,9 +97,6 @@
 #ifndef KV_ROW_ELEMS
 #define KV_ROW_ELEMS(width) (width)
 #define KV_ROW_SCALES(width) 1
-#endif
-#ifndef KEY_GROUP
-#define KEY_GROUP(d) (d)
 #endif
 #ifdef KV_UNPACK
 #define KV_UNPACKED 1
@@ -474,28 +471,33 @@ static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int
     return read_ahead_of((const char *)(x + row0 * KV_ROW_ELEMS(width)) + from, to - from);
 }
 
-/* A decode step's integer keys (INT8_KEYS): its query rows quantised once per key group (a
-   row for int8, each 32 values for int4), group g's codes of row r at q_codes + g ·
-   group_codes + r · round_up(its width, INT8_DOT_PAD) (quantise_query_rows' stride) and its
-   scale at q_scale + g · rows + r; and (KV_UNPACK) a block's K and V codes and scales,
-   unpacked, group g's at g · DECODE_KEY_BLOCK · INT4_GROUP and g · DECODE_KEY_BLOCK. */
+/* A decode step's integer keys (INT8_KEYS): its query rows quantised once, int8 a row at a
+   time (row r's codes at q_codes + r · round_up(d, INT8_DOT_PAD), quantise_query_rows),
+   int4 (KV_UNPACK) a group of INT4_GROUP values at a time (quantise_query_groups: group g of
+   row r at q_codes + (g · rows + r) · INT4_GROUP), their scales (and int4's code sums) at
+   [g ·] rows + r; and, int4, a block's key scales group by group (k_scales + g ·
+   DECODE_KEY_BLOCK: its keys are read in place) and its values unpacked, group g's codes at
+   v_codes + g · DECODE_KEY_BLOCK · INT4_GROUP and scales at v_scales + g · DECODE_KEY_BLOCK. */
 struct SUFFIX(int_keys) {
     int16_t *q_codes;
     float *q_scale;
-    int64_t group_codes, rows;
-    int8_t *k_codes, *v_codes;
+    int32_t *q_sum;
+    int64_t rows;
+    int8_t *v_codes;
     float *k_scales, *v_scales;
 };
 
-/* the bytes of a step's struct int_keys buffers: the query codes and scales of every key
-   group, and (KV_UNPACK) a block's unpacked K and V */
+/* the bytes of a step's struct int_keys buffers */
 static int64_t SUFFIX(int_keys_bytes)(const struct shape *sh)
 {
-    const int64_t rows = sh->group * sh->n_q, groups = ceil_div(sh->d, KEY_GROUP(sh->d));
-    const int64_t code_stride = round_up(min_i64(KEY_GROUP(sh->d), sh->d), INT8_DOT_PAD);
-    const int64_t unpacked = ceil_div(sh->d, INT4_GROUP) + ceil_div(sh->d_v, INT4_GROUP);
-    return INT8_KEYS * groups * rows * (code_stride * (int64_t)sizeof(int16_t) + (int64_t)sizeof(float))
-           + KV_UNPACKED * DECODE_KEY_BLOCK * unpacked * (INT4_GROUP + (int64_t)sizeof(float));
+    const int64_t rows = sh->group * sh->n_q;
+#if KV_UNPACKED
+    const int64_t groups = int4_row_scales(sh->d), v_groups = int4_row_scales(sh->d_v);
+    return groups * rows * (INT4_GROUP * (int64_t)sizeof(int16_t) + (int64_t)sizeof(float) + (int64_t)sizeof(int32_t))
+           + DECODE_KEY_BLOCK * (groups * (int64_t)sizeof(float) + v_groups * (INT4_GROUP + (int64_t)sizeof(float)));
+#else
+    return INT8_KEYS * rows * (round_up(sh->d, INT8_DOT_PAD) * (int64_t)sizeof(int16_t) + (int64_t)sizeof(float));
+#endif
 }
 
 #if INT8_KEYS
@@ -503,46 +505,49 @@ static int64_t SUFFIX(int_keys_bytes)(const struct shape *sh)
    (rows, d) as real) quantised */
 static struct SUFFIX(int_keys) SUFFIX(int_keys_of)(const struct shape *sh, const real *q, real scale, void *at)
 {
-    const int64_t d = sh->d, rows = sh->group * sh->n_q, group = KEY_GROUP(d), groups = ceil_div(d, group);
-    struct SUFFIX(int_keys) ik = {.group_codes = rows * round_up(min_i64(group, d), INT8_DOT_PAD), .rows = rows};
-    ik.q_codes = at;
-    ik.q_scale = (float *)(ik.q_codes + groups * ik.group_codes);
-    ik.k_codes = (int8_t *)(ik.q_scale + groups * rows);
-    ik.v_codes = ik.k_codes + KV_UNPACKED * DECODE_KEY_BLOCK * ceil_div(d, INT4_GROUP) * INT4_GROUP;
-    ik.k_scales = (float *)(ik.v_codes + KV_UNPACKED * DECODE_KEY_BLOCK * ceil_div(sh->d_v, INT4_GROUP) * INT4_GROUP);
-    ik.v_scales = ik.k_scales + KV_UNPACKED * DECODE_KEY_BLOCK * ceil_div(d, INT4_GROUP);
-    for (int64_t g = 0; g * group < d; g++)
-        quantise_query_rows(q + g * group, rows, min_i64(group, d - g * group), d, scale,
-                            ik.q_codes + g * ik.group_codes, ik.q_scale + g * rows);
+    const int64_t d = sh->d, rows = sh->group * sh->n_q;
+    struct SUFFIX(int_keys) ik = {.q_codes = at, .rows = rows};
+#if KV_UNPACKED
+    const int64_t groups = int4_row_scales(d);
+    ik.q_scale = (float *)(ik.q_codes + groups * rows * INT4_GROUP);
+    ik.q_sum = (int32_t *)(ik.q_scale + groups * rows);
+    ik.k_scales = (float *)(ik.q_sum + groups * rows);
+    ik.v_scales = ik.k_scales + DECODE_KEY_BLOCK * groups;
+    ik.v_codes = (int8_t *)(ik.v_scales + DECODE_KEY_BLOCK * int4_row_scales(sh->d_v));
+    quantise_query_groups(q, rows, d, scale, ik.q_codes, ik.q_scale, ik.q_sum);
+#else
+    ik.q_scale = (float *)(ik.q_codes + rows * round_up(d, INT8_DOT_PAD));
+    quantise_query_rows(q, rows, d, d, scale, ik.q_codes, ik.q_scale);
+#endif
     return ik;
 }
 
+#if KV_UNPACKED
+/* the scales of K rows [row0, row0 + rows) (scale: the head's, int4_row_scales(d) a row)
+   group by group, group g's at scales + g · DECODE_KEY_BLOCK, as qk_rows_q4 reads them */
+static void SUFFIX(group_scales)(const float *scale, int64_t row0, int64_t rows, int64_t d, float *scales)
+{
+    const int64_t groups = int4_row_scales(d);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t g = 0; g < groups; g++)
+            scales[g * DECODE_KEY_BLOCK + i] = scale[(row0 + i) * groups + g];
+}
+#endif
+
 /* S (n, DECODE_KEY_BLOCK) = scale · Q Kᵀ for rows [r, r + n) of the step and the keys
-   [jb, jb + keys) of K/V head kv, integer dot products a key group at a time (the codes
-   in place, or unpacked in ik), the groups' scores added in float */
+   [jb, jb + keys) of K/V head kv as integer dot products on the keys in place: int8 a row
+   at a time, int4 a group at a time (its block's key scales in ik) */
 static void SUFFIX(int_scores)(const struct SUFFIX(int_keys) *ik, const struct SUFFIX(kv) *kv, int64_t d,
                                int64_t r, int64_t jb, int64_t keys, int64_t n, real *s, struct read_ahead ahead)
 {
-    const int64_t group = KEY_GROUP(d);
-    real s_group[ROW_GROUP * DECODE_KEY_BLOCK];
-    for (int64_t g = 0; g * group < d; g++) {
 #if KV_UNPACKED
-        const int8_t *codes = ik->k_codes + g * DECODE_KEY_BLOCK * INT4_GROUP;
-        const float *scales = ik->k_scales + g * DECODE_KEY_BLOCK;
-        (void)kv;
-        (void)jb;
+    active_int8->qk_rows_q4(kv->k + jb * int4_row_bytes(d), ik->k_scales, DECODE_KEY_BLOCK, keys, d,
+                            ik->q_codes + r * INT4_GROUP, ik->q_scale + r, ik->q_sum + r, ik->rows, n, s,
+                            DECODE_KEY_BLOCK, ahead);
 #else
-        const int8_t *codes = (const int8_t *)kv->k + jb * d;
-        const float *scales = kv->k_scale + jb;
+    active_int8->qk_rows((const int8_t *)kv->k + jb * d, kv->k_scale + jb, keys, d,
+                         ik->q_codes + r * round_up(d, INT8_DOT_PAD), ik->q_scale + r, n, s, DECODE_KEY_BLOCK, ahead);
 #endif
-        const int64_t width = min_i64(group, d - g * group);
-        active_int8->qk_rows(codes, scales, keys, width, ik->q_codes + g * ik->group_codes + r * round_up(width, INT8_DOT_PAD),
-                             ik->q_scale + g * ik->rows + r, n, g ? s_group : s, DECODE_KEY_BLOCK,
-                             g ? read_ahead_of(NULL, 0) : ahead);
-        for (int64_t i = 0; g && i < n; i++)
-            for (int64_t j = 0; j < keys; j++)
-                s[i * DECODE_KEY_BLOCK + j] += s_group[i * DECODE_KEY_BLOCK + j];
-    }
 }
 #endif
 
@@ -659,8 +664,8 @@ static void SUFFIX(attend_key_chunk)(const TILE_OPS_T *ops, const struct shape *
                            : SUFFIX(kv_as_real)(kv->k, kv->k_scale, jb, block_end - jb, d, k_staging);
         const real *v_rows = direct ? NULL : SUFFIX(kv_as_real)(kv->v, kv->v_scale, jb, block_end - jb, d_v, v_staging);
 #endif
-#if KV_UNPACKED   /* the block's keys, and its values when read directly, unpacked to int8 codes */
-        KV_UNPACK(kv->k, kv->k_scale, jb, block_end - jb, d, ik.k_codes, ik.k_scales);
+#if KV_UNPACKED   /* the block's key scales by group, and its values when read directly unpacked */
+        SUFFIX(group_scales)(kv->k_scale, jb, block_end - jb, d, ik.k_scales);
         if (direct)
             KV_UNPACK(kv->v, kv->v_scale, jb, block_end - jb, d_v, ik.v_codes, ik.v_scales);
 #endif
@@ -876,7 +881,6 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
 #undef INT8_KEYS
 #undef KV_ROW_ELEMS
 #undef KV_ROW_SCALES
-#undef KEY_GROUP
 #undef KV_UNPACKED
 #undef packed
 #undef packed_from

@@ -332,6 +332,15 @@ struct tile_ops_bf16 {
     void (*round_lanes)(const float *x, int64_t n, uint16_t *y);
 };
 
+/* The int4 KV cache's rows (kernels/cache_formats.py): value c of a row is the nibble
+   c % 2 (low first) of byte c / 2, less INT4_OFFSET, times the scale of its group of
+   INT4_GROUP values */
+#define INT4_GROUP 32
+#define INT4_OFFSET 8
+static inline int64_t int4_row_bytes(int64_t width) { return (width + 1) / 2; }
+static inline int64_t int4_row_scales(int64_t width) { return (width + INT4_GROUP - 1) / INT4_GROUP; }
+static inline int int4_code(const uint8_t *row, int64_t c) { return (row[c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET; }
+
 /* Q·Kᵀ on an int8 cache's keys as integer dot products (int8_dot.c), one set per unit:
    the query rows quantised to int16 once per decode step (quantise_query_rows: codes in
    ±query_levels(d), zero-padded to a multiple of INT8_DOT_PAD, and one float scale per
@@ -348,6 +357,17 @@ struct int8_dot_ops {
     int (*cpu_runs)(void);
     void (*qk_rows)(const int8_t *k, const float *k_scale, int64_t keys, int64_t d, const int16_t *q,
                     const float *q_scale, int64_t rows, float *s, int64_t s_stride, struct read_ahead ahead);
+    /* The same on an int4 cache's keys, read in place (int4_row_bytes(d) bytes a row, never
+       unpacked): group g's scale of key j at k_scale[g · scale_stride + j]; the rows' codes
+       quantised a group of INT4_GROUP values at a time (quantise_query_groups), group g of
+       row r at q + (g · group_rows + r) · INT4_GROUP in nibble order, its scale and the sum
+       of its codes at q_scale and q_sum[g · group_rows + r]. Each group's exact int32 sum
+       Σ_c q_rc · (nibble_jc − 8) = Σ_c q_rc · nibble_jc − 8 · q_sum is scaled as qk_rows
+       scales a row's, and the groups' scores are added in order:
+         s[r, j] = Σ_g ((float)sum_g · k_scale_g[j]) · q_scale_g[r]   (float32, g ascending) */
+    void (*qk_rows_q4)(const uint8_t *k, const float *k_scale, int64_t scale_stride, int64_t keys, int64_t d,
+                       const int16_t *q, const float *q_scale, const int32_t *q_sum, int64_t group_rows,
+                       int64_t rows, float *s, int64_t s_stride, struct read_ahead ahead);
 };
 
 /* The largest query code for rows of d: 32767 (int16), fewer where d · 127 · 32767 would
@@ -394,14 +414,32 @@ static inline void quantise_query_rows(const float *q, int64_t rows, int64_t d, 
     }
 }
 
-/* The int4 KV cache's rows (kernels/cache_formats.py): value c of a row is the nibble
-   c % 2 (low first) of byte c / 2, less INT4_OFFSET, times the scale of its group of
-   INT4_GROUP values */
-#define INT4_GROUP 32
-#define INT4_OFFSET 8
-static inline int64_t int4_row_bytes(int64_t width) { return (width + 1) / 2; }
-static inline int64_t int4_row_scales(int64_t width) { return (width + INT4_GROUP - 1) / INT4_GROUP; }
-static inline int int4_code(const uint8_t *row, int64_t c) { return (row[c / 2] >> (4 * (c & 1)) & 15) - INT4_OFFSET; }
+/* An int4 cache's query codes (struct int8_dot_ops' qk_rows_q4): each group of INT4_GROUP
+   values of each of the rows q (rows, d) quantised apart, as quantise_query_rows quantises
+   a row (kernels.cache_formats.decode_query_codes with the group), group g of row r at
+   codes + (g · rows + r) · INT4_GROUP in nibble order, the codes of its even values first
+   and of its odd values 16 later (code c at c / 2 + 16 · (c % 2), zeros where the group is
+   short): a key byte zero-extended holds its even value in its low nibble and its odd
+   value in its high one, so that the bytes of a group widened once meet the even codes
+   masked and the odd codes shifted, never interleaved. q_sum: the sum of each group's
+   codes, for the nibbles' offset. */
+static inline void quantise_query_groups(const float *q, int64_t rows, int64_t d, float scale, int16_t *codes,
+                                         float *q_scale, int32_t *q_sum)
+{
+    for (int64_t g = 0; g * INT4_GROUP < d; g++)
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t at = g * rows + r, width = d - g * INT4_GROUP < INT4_GROUP ? d - g * INT4_GROUP : INT4_GROUP;
+            int16_t natural[INT4_GROUP], *out = codes + at * INT4_GROUP;
+            quantise_query_rows(q + r * d + g * INT4_GROUP, 1, width, d, scale, natural, q_scale + at);
+            memset(out, 0, INT4_GROUP * sizeof *out);
+            q_sum[at] = 0;
+            for (int64_t c = 0; c < width; c++) {
+                out[c / 2 + INT4_GROUP / 2 * (c % 2)] = natural[c];
+                q_sum[at] += natural[c];
+            }
+        }
+}
+
 
 /* Conversions between float and the other formats (convert.c), one set per ISA:
    widen_bf16, widen_f16: y[i] = x[i] for i < n, widened exactly from the bits of a bfloat16
@@ -412,8 +450,8 @@ static inline int int4_code(const uint8_t *row, int64_t c) { return (row[c / 2] 
    widen_q4: y (rows, width) = each value of the int4 rows x (int4_row_bytes(width) bytes
      a row, two codes a byte) times its group's scale (int4_row_scales(width) a row), one
      rounding: the int4 entry point's, likewise.
-   unpack_q4: the codes of the int4 rows x as int8, group by group, for the integer dot
-     products of a decode step: group g of row i (width min(INT4_GROUP, width − g ·
+   unpack_q4: the codes of the int4 rows x as int8, group by group, for a decode step's
+     P·V through the int8 rows' operations: group g of row i (width min(INT4_GROUP, width − g ·
      INT4_GROUP)) at codes + g · capacity · INT4_GROUP + i · its width, its scale at
      scales + g · capacity + i (rows <= capacity).
    narrow_bf16, narrow_f16: y[i] = x[i] rounded to nearest even, as bits (f32_to_bf16,

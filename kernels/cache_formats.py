@@ -81,6 +81,19 @@ class CacheFormat:
         """The trailing shape of a row's scales: () for one a row, (groups,) for int4."""
         return (self.scales_per_row(width),) if self.group else ()
 
+    def check_arrays(self, kernel, d, d_v, k, k_scale, v, v_scale):
+        """ValueError naming the first of a call's cache arrays whose shape is not this
+        format's for rows of d (K) and d_v (V) values: codes (B_kv, n_k, stored width) and
+        scales (B_kv, n_k, *scales_shape), as a kernel reading them in place needs (it would
+        read past their rows)."""
+        for name, x, width, trailing in (("k", k, d, (self.stored_width(d),)),
+                                         ("v", v, d_v, (self.stored_width(d_v),)),
+                                         ("k_scale", k_scale, d, self.scales_shape(d)),
+                                         ("v_scale", v_scale, d_v, self.scales_shape(d_v))):
+            if x.ndim != 2 + len(trailing) or x.shape[2:] != trailing:
+                raise ValueError(f"{kernel} {self.name} cache: {name} must be (B_kv, n_k{''.join(f', {t}' for t in trailing)}) "
+                                 f"for d = {d}, d_v = {d_v}, got {x.shape}")
+
     def row_bytes(self, width):
         """Bytes one cached row of ``width`` elements takes, its scales included."""
         return self.stored_width(width) * self.dtype.itemsize + 4 * self.scales_per_row(width)

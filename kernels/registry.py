@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import dtypes as float_types
+from .cache_formats import FORMATS
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class Kernel:
         library's own layout (``own_caches``), or widened first by a rung of ours."""
         if cache_format in self.own_caches:
             return None
-        if cache_format not in ("int8", "int4"):
+        if not FORMATS[cache_format].scaled:
             return self.refusal(cache_format)
         if cache_format in self.quantised_caches or not self.external:
             return None
@@ -157,7 +158,7 @@ def _build():
             "O(n·d)",
             "kernels.rungs.rung3_numba_tiled",
             strided_kv=True,
-            quantised_caches=("int8",),
+            quantised_caches=("int8", "int4"),
             writes_half=True,
         ),
         Kernel(

@@ -1,6 +1,7 @@
 """The int8 cache's integer dot products (csrc/int8_dot.c): a decode step quantises its query
 rows once, to int16, and computes Q·Kᵀ as exact integer sums, on every unit the CPU runs
-(an int4 cache's too, its keys unpacked to int8 codes, a group of 32 values at a time).
+(an int4 cache's too, a group of 32 values at a time, each key byte's two nibbles multiplied
+in place).
 
 Each unit's scores are held bit for bit to an exact model: the queries quantised by
 ``kernels.cache_formats.decode_query_codes`` (the same float32 operations), the sums in
@@ -17,7 +18,7 @@ queries (the reference below reads ``decode_queries``).
 import numpy as np
 import pytest
 
-from kernels.cache_formats import decode_queries, decode_query_codes, query_levels
+from kernels.cache_formats import INT4_GROUP, decode_queries, decode_query_codes, quantise_int4, query_levels, unpack_int4
 from kernels.rungs import rung4_c_tiled as c_tiled
 
 UNITS = c_tiled.INT8_DOT_UNITS
@@ -39,6 +40,18 @@ def model(k, k_scale, q, scale):
     return (sums.astype(np.float32) * k_scale[None, :]) * (np.float32(scale) * steps)[:, None]
 
 
+def model_int4(k, k_scale, q, scale):
+    """int4 keys (k packed, k_scale (keys, groups)): each group's exact sum scaled as a row's
+    above, the groups' float32 scores added in order from 0."""
+    codes, steps = decode_query_codes(q, INT4_GROUP)
+    keys = unpack_int4(k, q.shape[1]).astype(np.int64)
+    s = np.zeros((q.shape[0], k.shape[0]), np.float32)
+    for g, c in enumerate(range(0, q.shape[1], INT4_GROUP)):
+        sums = codes[:, c:c + INT4_GROUP].astype(np.int64) @ keys[:, c:c + INT4_GROUP].T
+        s += (sums.astype(np.float32) * k_scale[None, :, g]) * (np.float32(scale) * steps[:, g])[:, None]
+    return s
+
+
 def draw(rng, rows, keys, d):
     q = rng.standard_normal((rows, d)).astype(np.float32)
     k = rng.integers(-127, 128, (keys, d), dtype=np.int8)
@@ -54,6 +67,35 @@ def test_every_unit_gives_the_exact_scores(unit, d, keys):
         q, k, k_scale = draw(rng, rows, keys, d)
         np.testing.assert_array_equal(c_tiled.int8_scores(unit, k, k_scale, q, 0.125), model(k, k_scale, q, 0.125),
                                       err_msg=f"{unit} rows={rows}")
+
+
+@pytest.mark.parametrize("d", (1, 2, 15, 16, 31, 32, 33, 63, 64, 70, 128))
+@pytest.mark.parametrize("keys", (1, 7, 8, 9, 64))
+def test_every_unit_gives_the_exact_int4_scores(unit, d, keys):
+    """int4 keys read in place (csrc/int8_dot_template.h, qk_rows_q4: each byte's nibbles
+    split, the offset 8 taken out as 8 · Σ codes): whole groups, a short last group, an odd
+    width, keys past the last and between steps, every row count."""
+    rng = np.random.default_rng(d * 100 + keys)
+    for rows in (1, 2, 3, 4):
+        q = rng.standard_normal((rows, d)).astype(np.float32)
+        k, k_scale = quantise_int4(rng.standard_normal((keys, d)))
+        np.testing.assert_array_equal(c_tiled.int4_scores(unit, k, k_scale, q, 0.125),
+                                      model_int4(k, k_scale, q, 0.125), err_msg=f"{unit} rows={rows}")
+
+
+def test_extreme_int4_codes_and_nonfinite_rows(unit):
+    """Every nibble at its ends (codes ±7 and the unused −8) against the largest query codes
+    of both signs, and a query group holding NaN: that group's scale is NaN, so its row
+    scores NaN against every key, as float32 would."""
+    d = 96
+    q = np.full((3, d), 1.0, np.float32)
+    q[1, ::2] = -1.0
+    q[2, 40] = np.nan
+    k = np.array([[0x00] * 48, [0xFF] * 48, [0xF1] * 48], np.uint8)   # codes −8, 7, and −7/7 alternating
+    k_scale = np.ones((3, 3), np.float32)
+    s = c_tiled.int4_scores(unit, k, k_scale, q, 1.0)
+    np.testing.assert_array_equal(s, model_int4(k, k_scale, q, 1.0))
+    assert np.isnan(s[2]).all() and np.isfinite(s[:2]).all()
 
 
 def test_extreme_codes_sum_exactly_without_wrapping(unit):

@@ -203,25 +203,28 @@ def test_int4_groups_are_quantised_apart_symmetric_and_nonfinite_groups_kept_apa
     np.testing.assert_array_equal(minus_scales, scales[:1])
 
 
+@pytest.mark.parametrize("reader", ["c_tiled", "numba_tiled"])
 @pytest.mark.parametrize("d, d_v", [(1, 1), (5, 33), (64, 64), (70, 96)])
-def test_c_tiled_reads_an_int4_cache_as_float32_reads_its_values(d, d_v):
+def test_an_int4_cache_read_in_place_is_read_as_float32_reads_its_values(reader, d, d_v):
     """run_int4, in place and on odd widths and a short last group: in query tiles (9
-    queries) bit for bit c_tiled's float32 call on the dequantised cache; decoding (1 and 3
-    queries, integer keys) float32 on the queries quantised per group; its layout errors
-    named."""
+    queries) bit for bit the kernel's float32 call on the dequantised cache; decoding (1 and
+    3 queries: c_tiled's integer keys, numba_tiled's blocks dequantised as they are read)
+    float32 on the queries as the kernel takes them (c_tiled's quantised per group); its
+    layout errors named."""
+    assert "int4" in kernels.KERNELS[reader].quantised_caches
     rng = np.random.default_rng(d)
     cache = kernels.KVCache(4, d, head_dim_v=d_v, kv_heads=2, cache_dtype="int4", capacity=8)
     cache.append(rng.standard_normal((2, 150, d), dtype=np.float32), rng.standard_normal((2, 150, d_v), dtype=np.float32))
     keys, values = cache.dequantised()
     for t in (1, 3):
         q = rng.standard_normal((4, t, d), dtype=np.float32)
-        check_step(cache, q, cache.attend(q, kernel="c_tiled"), "c_tiled", f"{t} queries")
+        check_step(cache, q, cache.attend(q, kernel=reader), reader, f"{t} queries")
     q = rng.standard_normal((4, 9, d), dtype=np.float32)
-    expected = kernels.attention(q, keys, values, kernel="c_tiled", causal=True)
-    np.testing.assert_array_equal(cache.attend(q, kernel="c_tiled"), expected)
-    run_int4 = kernels.KERNELS["c_tiled"].implementation.run_int4
+    expected = kernels.attention(q, keys, values, kernel=reader, causal=True)
+    np.testing.assert_array_equal(cache.attend(q, kernel=reader), expected)
+    run_int4 = kernels.KERNELS[reader].implementation.run_int4
     out = np.empty((4, 1, d_v), np.float32)
-    with pytest.raises(ValueError, match=r"k_scale must be \(B_kv, n_k, "):
+    with pytest.raises(ValueError, match=rf"{reader} int4 cache: k_scale must be \(B_kv, n_k, "):
         run_int4(q[:, :1], cache.keys, cache.key_scales[..., :0], cache.values, cache.value_scales, out, True, 1.0)
 
 

@@ -26,18 +26,18 @@ int4's max|x_group| / 14 per element, averaged by the softmax; the entries, once
 never change, so the error does not grow with the steps (it tracks the cache's contents,
 not their number).
 
-How the kernels read it: ``c_tiled`` reads every format in place, and ``numba_tiled``
-every one but int4, widening (or dequantising) a block of rows at a time inside their inner loops, never a
+How the kernels read it: ``c_tiled`` and ``numba_tiled`` read every format in place,
+widening (or dequantising) a block of rows at a time inside their inner loops, never a
 widened copy of the cache; a 16-bit cache is attended by the kernels' 16-bit path, its
 new queries rounded to the cache's type too (as engines with such caches do: one type
 in, float32 accumulation inside), the result left in float32.  On an int8 cache
 ``c_tiled`` quantises a step's queries to int16 (per row) and multiplies them with the
 keys as integers (``kernels.cache_formats.decode_queries``): a score moves by at most
 |scale| · max|q_row| / 65534 · Σ_c |k_jc| more, a 256th of the keys' own rounding; on an
-int4 cache likewise, a group of 32 values at a time, its keys unpacked to int8 codes a
-block of rows at a time.  ``numba_tiled`` widens an int4 cache whole first, as ``numpy``
-and ``naive`` widen every scaled one (O(n·d) more bytes, which their times show;
-``Kernel.quantised_caches`` says which formats a kernel reads in place).
+int4 cache likewise, a group of 32 values at a time, each key byte's two nibbles
+multiplied in place.  ``numpy`` and ``naive`` widen every scaled cache whole first
+(O(n·d) more bytes, which their times show; ``Kernel.quantised_caches`` says which formats
+a kernel reads in place).
 
 The buffers are preallocated and doubled when full, so appending costs amortised O(d)
 per token and a head's cached rows stay one strided view, which ``numba_tiled`` and

@@ -149,8 +149,8 @@ def cache(run):
         "codes with one float32 scale per token and head, 1 byte plus 4 per row; int4 codes, two to "
         "a byte, with a float32 scale per 32 values, half a byte plus 4 per 32). c_tiled reads every "
         "format in place, widening (or multiplying as integers) a block of rows at a time inside "
-        "its inner loops, and numba_tiled every one but int4; numpy (and numba_tiled on int4) "
-        "widens the whole cache first, and its times show it.",
+        "its inner loops, and so does numba_tiled; numpy widens the whole cache first, and its "
+        "times show it.",
         f"Time per token against the bytes it reads ({SHAPE}): time = bytes ÷ read rate, so on these "
         "log-log axes every point at one read rate lies on one line of slope 1, the faster the lower; "
         "the dotted line is the streaming-read bandwidth measured in the same run "

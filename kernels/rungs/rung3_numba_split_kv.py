@@ -34,7 +34,10 @@ at half the float ones' speed here: LLVM's vectoriser multiplies int8 as int32 l
 10.3 ns a key and query row against 5.2, one thread, in L1.)  Cost: O(n_q · d + n_k ·
 (d + d_v)) widening per K/V head, beside its O(group · n_q · n_k · (d + d_v)) products;
 with one query the two are of one order (decoding is memory-bound), but the rows read are
-half or a quarter as wide.
+half or a quarter as wide.  An int4 cache (k and v uint8, two codes a byte, a float32 scale
+per group of 32 values: ``kernels.cache_formats``) is read in place the same way, each
+block dequantised (code times its group's scale) as it is widened: a group's scale cannot
+fold into a score or a weight, which spans every group of the row.
 """
 import functools
 
@@ -42,6 +45,7 @@ import numpy as np
 from numba import carray, cfunc, njit, types
 from numba.extending import overload
 
+from ..cache_formats import INT4_GROUP, INT4_OFFSET
 from ..threads import address, parallel_for, threads_for
 from .rung3_numba_simd import (
     INTERNAL, JIT_OPTIONS, OVERLOAD_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2, input_format, narrow,
@@ -53,7 +57,7 @@ from .rung3_numba_simd import (
 SPLIT_KV_MAX_ROWS = 4
 SPLIT_KV_CHUNK = 256  # keys per split-KV task
 KEY_BLOCK = 32  # 16-bit or int8 inputs: keys (and values) widened at a time, into a scratch block
-INT8 = 8  # the format of an int8 KV cache (rung3_numba_simd's formats are 0-3)
+INT8, INT4 = 8, 9  # the formats of int8 and int4 KV caches (rung3_numba_simd's formats are 0-3)
 
 # What a task needs of its call: the arrays' addresses and shapes and the call's
 # constants, filled by run() and read by the compiled tasks.
@@ -63,26 +67,45 @@ CALL = np.dtype([
     ("k_scales", np.intp), ("v_scales", np.intp),
     ("heads", np.int64), ("n_q", np.int64), ("n_k", np.int64), ("d", np.int64), ("d_v", np.int64),
     ("kv_heads", np.int64), ("kv_rows", np.int64), ("group", np.int64), ("n_chunks", np.int64), ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
+    ("k_groups", np.int64), ("v_groups", np.int64),   # scales a K and a V row holds (0: none)
 ])
 
 
-def cache_rows(src, first, count, scratch, fmt):
+def cache_rows(src, scales, first, count, width, scratch, fmt):
     """(rows, start), rows[start + j] = src[first + j] in the compute type for j < count:
-    ``rows_in_compute_type``'s, or an int8 src's codes widened into scratch (exact; their
-    scales apply once per score or weight: ``fold_scales``)."""
+    ``rows_in_compute_type``'s, an int8 src's codes widened into scratch (exact; their
+    scales apply once per score or weight: ``fold_scales``), or an int4 src's (rows of
+    width values, two codes a byte) dequantised into scratch with their group scales
+    (scales (kv_rows, groups)), each value one product rounded to float32, as
+    ``kernels.cache_formats`` decodes it."""
     raise NotImplementedError("cache_rows is only callable from jitted code")
 
 
 @overload(cache_rows, prefer_literal=True, jit_options=OVERLOAD_OPTIONS)
-def _cache_rows_overload(src, first, count, scratch, fmt):
-    if src.dtype != types.int8:
-        return lambda src, first, count, scratch, fmt: rows_in_compute_type(src, first, count, scratch, fmt)
+def _cache_rows_overload(src, scales, first, count, width, scratch, fmt):
+    if getattr(fmt, "literal_value", None) == INT4:
+        def dequantised(src, scales, first, count, width, scratch, fmt):
+            # value c by value c, its nibble shifted out of byte c // 2 (LLVM vectorises
+            # this one loop; a loop over bytes storing each byte's two values, or the
+            # scales applied in a pass of their own, measured 1.3x and 1.5x slower)
+            prefer_wide_vectors()
+            for j in range(count):
+                row, wide, row_scales = src[first + j], scratch[j], scales[first + j]
+                for c in range(width):
+                    code = np.int32((row[c >> 1] >> ((c & 1) << 2)) & 15) - INT4_OFFSET
+                    wide[c] = np.float32(code) * row_scales[c // INT4_GROUP]
+            return scratch, 0
 
-    def widened(src, first, count, scratch, fmt):
+        return dequantised
+    if src.dtype != types.int8:
+        return lambda src, scales, first, count, width, scratch, fmt: rows_in_compute_type(src, first, count, scratch,
+                                                                                            fmt)
+
+    def widened(src, scales, first, count, width, scratch, fmt):
         prefer_wide_vectors()
         for j in range(count):
             row, wide = src[first + j], scratch[j]
-            for c in range(src.shape[1]):
+            for c in range(width):
                 wide[c] = np.float32(row[c])
         return scratch, 0
 
@@ -90,12 +113,12 @@ def _cache_rows_overload(src, first, count, scratch, fmt):
 
 
 @njit(**INTERNAL)
-def chunk_scores(scratch, k, j0, keys, first_row, block, fmt):
+def chunk_scores(scratch, k, k_scales, j0, keys, first_row, block, fmt):
     """scratch[r, d + j] = the score of key j0 + j for the rows that see it (r >= first_row[j],
     j < keys) from the scaled queries scratch[:, :d], the keys widened a block at a time
     (an int8 cache's codes unscaled: fold_scales applies their scales to the sums)."""
     n_rows = scratch.shape[0]
-    d = k.shape[1]
+    d = scratch.shape[1] - SPLIT_KV_CHUNK
     zero = scratch.dtype.type(0.0)
     # S = (q_factor · Q) K_chunkᵀ for the rows that see each key, four keys at a time: one
     # dot product alone is a chain of dependent adds (latency-bound), four are independent
@@ -106,7 +129,7 @@ def chunk_scores(scratch, k, j0, keys, first_row, block, fmt):
     # `keys`, what the last row sees).
     for b in range(0, keys, KEY_BLOCK):
         end = min(b + KEY_BLOCK, keys)
-        rows, start = cache_rows(k, j0 + b, end - b, block, fmt)
+        rows, start = cache_rows(k, k_scales, j0 + b, end - b, d, block, fmt)
         j = b
         while j + 4 <= end:
             k0, k1, k2, k3 = rows[start + j - b], rows[start + j - b + 1], rows[start + j - b + 2], rows[start + j - b + 3]
@@ -136,7 +159,7 @@ def chunk_scores(scratch, k, j0, keys, first_row, block, fmt):
 
 
 def fold_scales(scratch, first, visible, scales, j0, fmt):
-    """An int8 cache's row scales, key j0 + j's into its column of scratch[:, first:] for the
+    """An int8 cache's row scales (scales (kv_rows, 1)), key j0 + j's into its column of scratch[:, first:] for the
     rows that see it, X[r, j] *= scales[j0 + j] for j < visible[r]: the keys' into the
     scores (scale · Σ q · code), the values' into the weights P, so that the products
     read each code widened, unscaled: a multiply per key and row, not per element; nothing
@@ -153,7 +176,7 @@ def _fold_scales_overload(scratch, first, visible, scales, j0, fmt):
         for r in range(visible.size):
             row = scratch[r, first:first + visible[r]]
             for j in range(visible[r]):
-                row[j] *= scales[j0 + j]
+                row[j] *= scales[j0 + j, 0]
 
     return fold
 
@@ -209,11 +232,12 @@ def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2
     j < i + 1 + offset.  The group's rows are taken query by query, row r = i · group + h
     (query i of head h), so that what a row sees never shrinks as r grows.
     q, k, v are of acc's type, read in place, or the uint16 bits of the 16-bit format
-    fmt (a literal), or (fmt INT8) q in acc's type and k, v int8 with one scale per row
-    (k_scales (n_k,), v_scales; empty otherwise): q widened as it is scaled, K and V a block
-    of KEY_BLOCK rows at a time into a scratch block, each row widened once for all rows
+    fmt (a literal), or (fmt INT8, INT4) q in acc's type and k, v int8 with one scale per
+    row (k_scales (n_k, 1), v_scales; empty otherwise), or int4 bytes, two values each, with
+    one per group (k_scales (n_k, groups)): q widened as it is scaled, K and V a block of
+    KEY_BLOCK rows at a time into a scratch block, each row widened once for all rows
     (int8: the codes widened unscaled, the keys' scales folded into the scores and the
-    values' into P, ``fold_scales``).
+    values' into P, ``fold_scales``; int4: dequantised, ``cache_rows``).  d_v is acc's.
     Writes, per row, the chunk's max m and sum l of P = 2**((S - m) · log2_scale)
     into stats (rows, 2), and the un-normalised acc (rows, d_v) = P V.  A row that sees
     none of the chunk gets m = -inf, l = 0, acc = 0; keys past its limit never enter.
@@ -222,7 +246,7 @@ def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2
     """
     group, n_q, d = q.shape
     n_rows = group * n_q
-    d_v = v.shape[1]
+    d_v = acc.shape[1]
     dtype = acc.dtype
     # scratch: the scaled queries (q_factor · q) and this chunk's scores, then P
     scratch = np.empty((n_rows, d + SPLIT_KV_CHUNK), dtype)
@@ -236,7 +260,7 @@ def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2
     # loop over d kept LLVM from vectorising it: 3x slower.)
     visible, first_row = visible_rows(n_rows, group, j0, j1, offset)
     keys = visible[n_rows - 1]
-    chunk_scores(scratch, k, j0, keys, first_row, block, fmt)
+    chunk_scores(scratch, k, k_scales, j0, keys, first_row, block, fmt)
     fold_scales(scratch, d, visible, k_scales, j0, fmt)
     chunk_softmax(scratch, d, visible, log2_scale, stats, acc)
     fold_scales(scratch, d, visible, v_scales, j0, fmt)
@@ -248,7 +272,7 @@ def attend_key_chunk(q, k, v, k_scales, v_scales, j0, j1, offset, q_factor, log2
     step = 4 if n_rows > 1 else KEY_BLOCK + 1
     for b in range(0, keys, KEY_BLOCK):
         end = min(b + KEY_BLOCK, keys)
-        rows, start = cache_rows(v, j0 + b, end - b, block, fmt)
+        rows, start = cache_rows(v, v_scales, j0 + b, end - b, d_v, block, fmt)
         j = b
         while j + step <= end:
             v0, v1, v2, v3 = rows[start + j - b], rows[start + j - b + 1], rows[start + j - b + 2], rows[start + j - b + 3]
@@ -331,6 +355,8 @@ def _formats(dtype, cache_dtype):
     stored, real, fmt = input_format(dtype)
     if cache_dtype == np.int8:
         return stored, np.int8, real, INT8
+    if cache_dtype == np.uint8:
+        return stored, np.uint8, real, INT4
     return stored, stored, real, fmt
 
 
@@ -341,8 +367,8 @@ def key_chunk_task(dtype, cache_dtype):
     @cfunc(TASK, **JIT_OPTIONS)
     def key_chunk(call_address, task, worker):
         call = carray(call_address, 1, CALL)[0]
-        q, k, v, _ = call_arrays(call, stored, real, kv_stored)
-        k_scales, v_scales = call_scales(call)
+        q, _, _, _ = call_arrays(call, stored, real, kv_stored)
+        k, v, k_scales, v_scales = call_cache(call, kv_stored, fmt)
         stats, acc = call_partials(call, real)
         head, chunk = task // call.n_chunks, task % call.n_chunks
         j0 = chunk * SPLIT_KV_CHUNK
@@ -373,12 +399,18 @@ def merge_task(dtype, cache_dtype, out_dtype):
 
 
 @njit(inline="always", **JIT_OPTIONS)
-def call_scales(call):
-    """The int8 cache's scales, (kv_heads, kv_rows) each: (kv_heads, 0) for other formats."""
-    columns = call.kv_rows if call.k_scales else 0
-    k_scales = carray(address_as_voidptr(call.k_scales), (call.kv_heads, columns), np.float32)
-    v_scales = carray(address_as_voidptr(call.v_scales), (call.kv_heads, columns), np.float32)
-    return k_scales, v_scales
+def call_cache(call, kv_stored, fmt):
+    """The call's K and V, (kv_heads, kv_rows, ·) whole buffers of kv_stored (int4: two
+    values a byte), and their scales (kv_heads, kv_rows, groups) float32 ((kv_heads, 0, 0)
+    when not scaled)."""
+    k_width = (call.d + 1) // 2 if fmt == INT4 else call.d
+    v_width = (call.d_v + 1) // 2 if fmt == INT4 else call.d_v
+    k = carray(address_as_voidptr(call.k), (call.kv_heads, call.kv_rows, k_width), kv_stored)
+    v = carray(address_as_voidptr(call.v), (call.kv_heads, call.kv_rows, v_width), kv_stored)
+    scaled_rows = call.kv_rows if call.k_scales else 0
+    k_scales = carray(address_as_voidptr(call.k_scales), (call.kv_heads, scaled_rows, call.k_groups), np.float32)
+    v_scales = carray(address_as_voidptr(call.v_scales), (call.kv_heads, scaled_rows, call.v_groups), np.float32)
+    return k, v, k_scales, v_scales
 
 
 def run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype, k_scales=None, v_scales=None):
@@ -386,18 +418,20 @@ def run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype, k_scales=Non
     ``rung3_numba_tiled.run`` gets them (16-bit inputs as uint16 views, ``dtype`` the
     inputs' own; K/V heads kv_rows rows apart), with its offset (query i sees keys
     j < i + 1 + offset), sign of the scale (q_factor) and |scale| · log2(e).  An int8
-    cache: k and v int8, k_scales and v_scales float32 (B_kv, n_k) with heads kv_rows apart.
+    cache: k and v int8, k_scales and v_scales float32 (B_kv, n_k) with heads kv_rows apart;
+    an int4 cache: k (B_kv, n_k, ceil(d / 2)) and v uint8, the scales (B_kv, n_k, groups).
     Extra memory: partials of B · n_chunks · n_q · (d_v + 2) in out's type."""
     heads, n_q, d = q.shape
-    kv_heads, n_k, d_v = v.shape
+    kv_heads, n_k, d_v = (*v.shape[:2], out.shape[2])
     group = heads // kv_heads
     n_chunks = -(-n_k // SPLIT_KV_CHUNK)
     real = input_format(dtype)[1]
     stats = np.empty((kv_heads, n_chunks, group * n_q, 2), real)
     acc = np.empty((kv_heads, n_chunks, group * n_q, d_v), real)
     scales = (0, 0) if k_scales is None else (address(k_scales), address(v_scales))
+    groups = [0 if x is None else x.shape[2] if x.ndim == 3 else 1 for x in (k_scales, v_scales)]
     call = np.array([(*map(address, (q, k, v, out, stats, acc)), *scales, heads, n_q, n_k, d, d_v,
-                      kv_heads, kv_rows, group, n_chunks, offset, q_factor, log2_scale)], CALL)
+                      kv_heads, kv_rows, group, n_chunks, offset, q_factor, log2_scale, *groups)], CALL)
     parallel_for(kv_heads * n_chunks, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
                  key_chunk_task(dtype, k.dtype), call)
     parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(dtype, k.dtype, out.dtype),

@@ -98,6 +98,7 @@ import numpy as np
 from numba import carray, cfunc, njit
 
 from ..api import kv_layout
+from ..cache_formats import FORMATS
 from ..threads import address, parallel_for, threads_for
 from . import rung3_numba_split_kv
 from .rung3_numba_simd import (
@@ -406,18 +407,37 @@ def run_int8(q, k, k_scales, v, v_scales, out, causal, scale):
         run(q, k_scales[..., None] * k.astype(np.float32), v_scales[..., None] * v.astype(np.float32),
             out, causal, scale)
         return
-    kv_rows = _int8_layout(k, k_scales, v, v_scales)
+    kv_rows = _scaled_layout(k, k_scales, v, v_scales)
     offset, q_factor, log2_scale = _constants(q.shape[1], k.shape[1], causal, scale)
     rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, q.dtype, k_scales, v_scales)
 
 
-def _int8_layout(k, k_scales, v, v_scales):
-    """The rows between K/V heads shared by an int8 cache's four arrays (``api.kv_layout``);
-    ValueError when they do not share one (a KVCache's always do)."""
+def run_int4(q, k, k_scales, v, v_scales, out, causal, scale):
+    """As ``run_int8``, against an int4 KV cache (``kernels.cache_formats``): k uint8
+    (B_kv, n_k, ceil(d / 2)), two codes a byte, with k_scales float32 (B_kv, n_k,
+    ceil(d / 32)), one per group of 32 values (v, v_scales alike for d_v = out's last
+    axis).  Decoding reads the bytes in place, a block of rows at a time dequantised into
+    scratch: half a byte per element and 4 per group read.  More queries per head: the
+    visible cache dequantised to float32 first, as ``run_int8`` does."""
+    int4 = FORMATS["int4"]
+    d, d_v = q.shape[2], out.shape[2]
+    int4.check_arrays("numba_tiled", d, d_v, k, k_scales, v, v_scales)
+    if q.shape[1] > SPLIT_KV_MAX_ROWS:
+        run(q, int4.decode(k, k_scales, width=d), int4.decode(v, v_scales, width=d_v), out, causal, scale)
+        return
+    kv_rows = _scaled_layout(k, k_scales, v, v_scales)
+    offset, q_factor, log2_scale = _constants(q.shape[1], k.shape[1], causal, scale)
+    rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, q.dtype, k_scales, v_scales)
+
+
+def _scaled_layout(k, k_scales, v, v_scales):
+    """The rows between K/V heads shared by an int8 or int4 cache's four arrays
+    (``api.kv_layout``; scales (B_kv, n_k) or (B_kv, n_k, groups)); ValueError when they do
+    not share one (a KVCache's always do)."""
     _, _, kv_rows = kv_layout(k, v)
-    scale_rows = {kv_layout(s[..., None], s[..., None])[2] for s in (k_scales, v_scales)}
+    scale_rows = {kv_layout(*(s if s.ndim == 3 else s[..., None],) * 2)[2] for s in (k_scales, v_scales)}
     if scale_rows != {kv_rows} or kv_layout(k, v)[0] is not k:
-        raise ValueError("an int8 cache's keys, values and scales must be views of buffers with "
+        raise ValueError("a scaled cache's keys, values and scales must be views of buffers with "
                          "one row count per head (a KVCache's are)")
     return kv_rows
 

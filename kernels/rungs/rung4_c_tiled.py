@@ -111,6 +111,7 @@ precision by csrc/tile_ops_{avx512,avx2}_{f32,f64}.c), csrc/tile_ops_generic_tem
 import numpy as np
 
 from ..api import ExtensionNotBuilt, kv_layout
+from ..cache_formats import FORMATS
 from ..dtypes import FLOATS
 from ..threads import budget
 
@@ -176,12 +177,7 @@ def run_int4(q, k, k_scale, v, v_scale, out, causal, scale):
     layout is ``run_int8``'s (copied to C order otherwise); a tile or a decode block of rows
     is dequantised at a time, and the result is bit for bit ``run``'s on the dequantised
     float32 K and V, for n_k · (d + d_v) / 2 bytes and 4 per group of 32 read per K/V head."""
-    d, d_v = q.shape[2], out.shape[2]
-    for name, x, widths in (("k", k, (-(-d // 2),)), ("v", v, (-(-d_v // 2),)),
-                            ("k_scale", k_scale, (-(-d // 32),)), ("v_scale", v_scale, (-(-d_v // 32),))):
-        if x.ndim != 3 or x.shape[2:] != widths:  # C would read past its rows
-            raise ValueError(f"c_tiled int4 cache: {name} must be (B_kv, n_k, {widths[0]}) for "
-                             f"d = {d}, d_v = {d_v}, got {x.shape}")
+    FORMATS["int4"].check_arrays("c_tiled", q.shape[2], out.shape[2], k, k_scale, v, v_scale)
     _run_scaled(lib.attn_forward_q4, "int4", _U8, "uint8_t *", q, k, k_scale, v, v_scale, out, causal, scale)
 
 
@@ -286,16 +282,26 @@ def int8_scores(unit, k, k_scale, q, scale):
     1 <= rows <= 4, quantised as the step quantises it; k (keys, d) int8 codes with k_scale
     (keys,) float32, 1 <= keys <= 64 -> s (rows, keys) float32 (csrc/attention.h,
     attn_int8_scores)."""
-    q, k, k_scale = (np.ascontiguousarray(x, t) for x, t in ((q, np.float32), (k, np.int8), (k_scale, np.float32)))
+    return _integer_scores(lib.attn_int8_scores, "int8_t *", np.int8, unit, k, k_scale, q, scale)
+
+
+def int4_scores(unit, k, k_scale, q, scale):
+    """The same on int4 keys: k (keys, ceil(d / 2)) uint8, two codes a byte, with k_scale
+    (keys, ceil(d / 32)) float32, as the int4 cache holds them; q quantised a group of 32
+    values at a time (csrc/attention.h, attn_int4_scores)."""
+    return _integer_scores(lib.attn_int4_scores, "uint8_t *", np.uint8, unit, k, k_scale, q, scale)
+
+
+def _integer_scores(function, key_type, key_dtype, unit, k, k_scale, q, scale):
+    q, k, k_scale = (np.ascontiguousarray(x, t) for x, t in ((q, np.float32), (k, key_dtype), (k_scale, np.float32)))
     rows, d = q.shape
     keys = k.shape[0]
     stride = -(-keys // 16) * 16
     s = np.empty((rows, stride), np.float32)
-    status = lib.attn_int8_scores(unit.encode(), ffi.cast("int8_t *", ffi.from_buffer(k)),
-                                  ffi.cast("float *", ffi.from_buffer(k_scale)), keys, d,
-                                  ffi.cast("float *", ffi.from_buffer(q)), rows, scale,
-                                  ffi.cast("float *", ffi.from_buffer(s, require_writable=True)), stride)
+    status = function(unit.encode(), ffi.cast(key_type, ffi.from_buffer(k)), ffi.cast("float *", ffi.from_buffer(k_scale)),
+                      keys, d, ffi.cast("float *", ffi.from_buffer(q)), rows, scale,
+                      ffi.cast("float *", ffi.from_buffer(s, require_writable=True)), stride)
     if status != 0:
-        raise ValueError(f"int8 dot-product unit {unit!r}: not run by this CPU, or rows={rows}, keys={keys} "
+        raise ValueError(f"integer dot-product unit {unit!r}: not run by this CPU, or rows={rows}, keys={keys} "
                          f"out of range (1-4, 1-64)")
     return s[:, :keys]
