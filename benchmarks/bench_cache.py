@@ -11,8 +11,9 @@ heads, timed side by side in one process.
 
 ``CachePeers``: a peer that takes the format (``Kernel.cache_refusal``) over our tiled
 rungs on the same cache, side by side; a peer that keeps it in its own library's layout
-(``Kernel.own_caches``: ONNX Runtime's, OpenVINO's and ggml's caches, int8 with scales of
-their own) reads its own encoding of the same values, built before the timing.
+(``Kernel.own_caches``: ONNX Runtime's, OpenVINO's and ggml's caches, int8 and ggml's int4
+with scales of their own) reads its own encoding of the same values, built before the
+timing.
 
 ``CacheGenerate``: the seconds to generate CACHE_GENERATED tokens after a CACHE_PROMPT-token
 prompt, each step one token's key and value appended (the cache growing in place, read as a

@@ -219,7 +219,7 @@ def _peers():
                            "attention the sum stops at 2,048 weights (8,192 keys of value 1 give 0.25-0.5); "
                            "it has no float64",
                 threading="ggml_graph_compute n_threads = budget (an OpenMP team)",
-                own_caches=("float32", "bfloat16", "int8")),
+                own_caches=("float32", "bfloat16", "int8", "int4")),
          ["ggml"]),
     ]
 

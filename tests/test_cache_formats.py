@@ -83,9 +83,11 @@ def test_every_decode_step_is_float64_attention_over_the_stored_values(kernel_na
 # spread, not within float32's budget: float32 and float16 at 8 unit roundoffs of float16,
 # bfloat16 at 8 of bfloat16 (the peer rounds the queries too), int8 at 8 times an element's
 # relative error (max|x| / 254 of values of spread 1, max |x| < 4.5 here: 1.8e-2; ggml
-# quantises the queries too), each the larger.
+# quantises the queries too), each the larger; int4 (ggml's Q4_0, a step of max|block| / 8)
+# at one element's worst rounding, max|x| / 16 = 0.28 (0.10-0.11 measured: 4 bits leave no
+# room for a factor).
 OWN_CACHE_BOUND = {"float32": 8 * 2.0**-11, "float16": 8 * 2.0**-11, "bfloat16": 8 * 2.0**-8,
-                   "int8": 8 * 4.5 / 254}
+                   "int8": 8 * 4.5 / 254, "int4": 4.5 / 16}
 
 
 def test_a_peer_keeping_its_own_cache_attends_through_it(kernel_name):
@@ -96,7 +98,7 @@ def test_a_peer_keeping_its_own_cache_attends_through_it(kernel_name):
     if not record.own_caches:
         pytest.skip(f"{kernel_name} keeps no cache of its own")
     rng = np.random.default_rng(4)
-    # d = 32: a whole block of ggml's int8 cache (Q8_0), which takes no other widths
+    # d = 32: a whole block of ggml's int8 and int4 caches (Q8_0, Q4_0), which take no other widths
     q, k, v = (rng.standard_normal((heads, 37, 32), dtype=np.float32) for heads in (HEADS, 2, 2))
     for cache_dtype in record.own_caches:
         cache = kernels.KVCache(HEADS, 32, kv_heads=2, cache_dtype=cache_dtype)

@@ -1,10 +1,11 @@
 """ggml's own KV caches (``ggml_flash_attn.cache_decoder``: ``ggml_flash_attn_ext`` decoding
-over ggml's F32, BF16 or Q8_0 cache) against float64 attention on the same float32 keys
-and values: float32 within its summation error, bfloat16 within a few of its unit
-roundoffs, int8 within the bound Q8_0's quantisation implies (and beyond float16's
-rounding, so the values were quantised), and equal, to float32 accuracy, to attention over
-the Q8_0 codes as the module documents them.  A step is repeatable and returns a fresh
-array; a format ggml does not keep here, or a width Q8_0 cannot take, is refused.  The
+over ggml's F32, BF16, Q8_0 or Q4_0 cache) against float64 attention on the same float32
+keys and values: float32 within its summation error, bfloat16 within a few of its unit
+roundoffs, int8 and int4 within the bound Q8_0's and Q4_0's quantisation implies (and
+beyond float16's rounding, so the values were quantised), and equal, to float32 accuracy,
+to attention over the codes as the module documents them (Q4_0's clipping included).  A
+step is repeatable and returns a fresh array; a format ggml does not keep here, or a width
+Q8_0 or Q4_0 cannot take, is refused.  The
 refused float16 cache still computes as the refusal says (its float16 sums err by a
 random walk on random data and stop growing on even attention), and ``run`` matches the
 reference in float32 and bfloat16.  Skips when the peer is not installed (``make peers``)."""
@@ -66,16 +67,44 @@ def q8_0(x, reference=True):
 
 def q8_0_half_steps(x):
     """Each element's worst Q8_0 error: half a step, max|block| / 254, plus the float16
-    rounding of the step (relative 2^-11) times a code of up to 127."""
+    rounding of the step (relative 2^-11 at most) times a code of up to 127."""
     largest = np.abs(x).reshape(*x.shape[:-1], -1, ggml_flash_attn.Q8_0_BLOCK).max(axis=-1, keepdims=True)
     block = ggml_flash_attn.Q8_0_BLOCK
-    steps = np.broadcast_to(largest / 254 * (1 + 127 * U16), (*largest.shape[:-1], block))
+    steps = np.broadcast_to(largest / 254 * (1 + 254 * U16), (*largest.shape[:-1], block))
     return steps.reshape(x.shape).astype(np.float64)
 
 
-def q8_0_bound(q, keys, values, scale, ref, weights):
-    """Elementwise bound on the error of attention with q, keys and values each quantised to
-    Q8_0 (|δx| <= h_x, ``q8_0_half_steps``).  Query i's score j moves by at most
+def q4_0_blocks(x):
+    """(blocks (..., 32) float32, the float32 step D = m / -8 of each, m the block's value of
+    largest magnitude (its first, on a tie), keepdims)."""
+    blocks = x.reshape(*x.shape[:-1], -1, ggml_flash_attn.Q4_0_BLOCK)
+    first = np.abs(blocks).argmax(axis=-1)[..., None]
+    return blocks, np.take_along_axis(blocks, first, axis=-1) / np.float32(-8)
+
+
+def q4_0(x):
+    """x (..., d) as ggml stores it in Q4_0, dequantised to float64 (``quantize_row_q4_0_ref``):
+    codes min(15, trunc(x · (1 / D) + 8.5)) - 8 times D kept as float16."""
+    blocks, step = q4_0_blocks(x)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(step != 0, np.float32(1) / step, np.float32(0)).astype(np.float32)
+    codes = np.minimum(15, np.trunc(blocks * inverse + np.float32(8.5))) - 8
+    return (codes * step.astype(np.float16).astype(np.float64)).reshape(x.shape)
+
+
+def q4_0_half_steps(x):
+    """Each element's worst Q4_0 error: half a step |D| = max|block| / 8, or, for a value
+    clipped to code 7 (x / D above 7.5), its distance to 7 steps, plus the float16 rounding
+    of the step (relative 2^-11 at most) times a code of up to 8."""
+    blocks, step = q4_0_blocks(x)
+    ratio = blocks.astype(np.float64) / np.where(step != 0, step, 1)
+    worst = np.abs(step) * (np.maximum(0.5, ratio - 7) + 8 * U16)
+    return worst.reshape(x.shape).astype(np.float64)
+
+
+def quantised_bound(q, keys, values, scale, ref, weights, half_steps=q8_0_half_steps):
+    """Elementwise bound on the error of attention with q quantised to Q8_0 and keys and
+    values to Q8_0 or (half_steps=q4_0_half_steps) Q4_0 (|δx| <= h_x, ``*_half_steps``).  Query i's score j moves by at most
         ε_ij = scale · Σ_c (h_q|k_jc| + |q_c| h_k + h_q h_k),
     so with ε_i = max_j ε_ij each weight by a factor within e^(±2ε_i), and
         |Δo_ic| <= e^(2ε_i) Σ_j p_ij h_v,jc + (e^(2ε_i) - 1) · Σ_j p_ij |v_jc - o_ic|
@@ -83,7 +112,7 @@ def q8_0_bound(q, keys, values, scale, ref, weights):
     errors multiply v - o).  The float32 and output roundings, ~1e-6 here, fit its margin."""
     group = q.shape[0] // keys.shape[0]
     k, v = (np.repeat(x.astype(np.float64), group, axis=0) for x in (keys, values))
-    h_k, h_v = (np.repeat(q8_0_half_steps(x), group, axis=0) for x in (keys, values))
+    h_k, h_v = (np.repeat(half_steps(x), group, axis=0) for x in (keys, values))
     h_q, abs_q = q8_0_half_steps(q), np.abs(q).astype(np.float64)
     shifts = scale * (h_q @ np.abs(k).transpose(0, 2, 1) + abs_q @ h_k.transpose(0, 2, 1)
                       + h_q @ h_k.transpose(0, 2, 1))
@@ -159,27 +188,54 @@ def test_float16_sums_stop_growing_as_the_refusal_says(t):
         assert np.abs(out - 1).max() < 1e-4  # Q8_0 stores 1 as 127 · fp16(1/127) = 0.99994
 
 
+# a quantised format: its elements' worst errors, its values as ggml stores them, and the
+# least error its output must show (quantised, not merely stored in float16)
+QUANTISED = pytest.mark.parametrize("cache_format, half_steps, stored, least", [
+    # the bound is a worst case (every rounding error aligned, 0.004 of it seen); the
+    # output is still off by more than float16 storage could make it (14.6 u seen)
+    pytest.param("int8", q8_0_half_steps, q8_0, STORAGE * U16, id="int8 (Q8_0)"),
+    # 0.0016 of the bound seen; ten times float16 storage at least (0.08 seen, 0.19 at most)
+    pytest.param("int4", q4_0_half_steps, q4_0, 10 * STORAGE * U16, id="int4 (Q4_0)"),
+])
+
+
 @GRID
 @WIDTHS
 @pytest.mark.parametrize("heads, kv_heads", SHAPES)
-def test_int8_cache_is_within_its_quantisation_bound(heads, kv_heads, d, t):
-    out, q, keys, values, scale = decode("int8", heads, kv_heads, d, t)
+@QUANTISED
+def test_a_quantised_cache_is_within_its_quantisation_bound(cache_format, half_steps, stored, least, heads,
+                                                           kv_heads, d, t):
+    out, q, keys, values, scale = decode(cache_format, heads, kv_heads, d, t)
     ref, weights = attention64(q, keys, values, scale)
-    bound = q8_0_bound(q, keys, values, scale, ref, weights)
+    bound = quantised_bound(q, keys, values, scale, ref, weights, half_steps)
     worst = np.max(np.abs(out - ref) / bound)
     assert worst <= 1, f"an error reaches {worst:.2f} times its bound"
-    # the bound is a worst case (every rounding error aligned, 0.004 of it seen); quantised,
-    # the output is still off by more than float16 storage could make it (14.6 u seen)
-    assert relative_errors(out, ref).min() > STORAGE * U16
+    assert relative_errors(out, ref).min() > least
 
 
 @GRID
 @WIDTHS
 @pytest.mark.parametrize("heads, kv_heads", SHAPES)
-def test_int8_cache_holds_the_documented_codes(heads, kv_heads, d, t):
-    out, q, keys, values, scale = decode("int8", heads, kv_heads, d, t)
-    ref, _ = attention64(q8_0(q, reference=False), q8_0(keys), q8_0(values), scale)
+@QUANTISED
+def test_a_quantised_cache_holds_the_documented_codes(cache_format, half_steps, stored, least, heads, kv_heads,
+                                                     d, t):
+    """The keys and values as ``stored``, the query quantised to Q8_0 (the dot-product type
+    of Q8_0 and Q4_0 keys)."""
+    out, q, keys, values, scale = decode(cache_format, heads, kv_heads, d, t)
+    ref, _ = attention64(q8_0(q, reference=False), stored(keys), stored(values), scale)
     assert relative_errors(out, ref).max() <= FLOAT32_SUMS
+
+
+def test_int4_codes_clip_the_opposite_extreme():
+    """A block whose largest magnitude is negative stores it exactly (code -8) and clips the
+    positive value of the same size to code 7, a whole step short; the decoder attends over
+    exactly those values."""
+    keys = np.zeros((1, 2, 32), np.float32)
+    keys[0, :, 0], keys[0, :, 1] = -4.0, 4.0
+    np.testing.assert_array_equal(q4_0(keys)[0, 0, :2], [-4.0, 3.5])
+    values = keys.copy()
+    step = ggml_flash_attn.cache_decoder("int4", keys, values, 1, 0.0)
+    np.testing.assert_allclose(step(np.zeros((1, 1, 32), np.float32))[0, 0, :2], [-4.0, 3.5], rtol=1e-6)
 
 
 @pytest.mark.parametrize("cache_format", ggml_flash_attn.CACHE_FORMATS)
@@ -205,7 +261,7 @@ def test_values_may_be_narrower_than_keys():
     assert out.shape == (8, 3, 32) and relative_errors(out, ref).max() <= FLOAT32_SUMS
 
 
-@pytest.mark.parametrize("cache_format", ["int4", "float64", "q8_0", "float16"])
+@pytest.mark.parametrize("cache_format", ["float64", "q8_0", "float16"])
 def test_a_format_ggml_does_not_keep_is_refused(cache_format):
     keys, values = cache(2, 32)
     with pytest.raises(ValueError, match=repr(cache_format)):
@@ -231,12 +287,13 @@ def test_run_matches_the_reference(heads, kv_heads, n_q, n_k, d, d_v, dtype, cau
     assert np.abs(out - ref).max() <= 2 * np.sqrt(n_k) * U32 * np.abs(v.astype(np.float64)).max()
 
 
+@pytest.mark.parametrize("cache_format, ggml_name", [("int8", "Q8_0"), ("int4", "Q4_0")])
 @pytest.mark.parametrize("d, d_v", [(48, 32), (64, 40)])
-def test_int8_refuses_widths_that_are_not_whole_blocks(d, d_v):
+def test_blocked_formats_refuse_widths_that_are_not_whole_blocks(cache_format, ggml_name, d, d_v):
     keys, _ = cache(2, d, n=64)
     _, values = cache(2, d_v, n=64)
-    with pytest.raises(ValueError, match="multiples of 32"):
-        ggml_flash_attn.cache_decoder("int8", keys, values, 8, 0.125)
+    with pytest.raises(ValueError, match=rf"{cache_format} cache \({ggml_name}\).*multiples of 32"):
+        ggml_flash_attn.cache_decoder(cache_format, keys, values, 8, 0.125)
 
 
 def test_a_step_refuses_a_query_it_cannot_take():

@@ -40,6 +40,14 @@ ggml's own ``ggml_quantize_chunk`` into two tensors of a context of their own:
   float16 moves a stored value by up to 127·|D - d| <= 127·2^-11·d beyond the code's
   d / 2: each element is within (1 + 127·2^-11)·max|block| / 254 of its value.  d and
   d_v must be multiples of 32 (whole blocks); other widths are refused.
+- int4: GGML_TYPE_Q4_0, llama.cpp's 4-bit cache: blocks of 32 values along d, each with
+  one float16 scale D = fp16(m / -8), m the block's value of largest magnitude, and codes
+  min(15, trunc(x / (m / -8) + 8.5)) - 8 in [-8, 7], stored plus 8, value j of the block
+  in the low nibble of byte j and value j + 16 in its high nibble
+  (``quantize_row_q4_0_ref``).  So m itself is stored exactly as code -8; a value of the
+  opposite sign near |m| is clipped to code 7, up to a whole step D from it; the others
+  are within D / 2, plus 8 · |D - fp16(D)| for the scale's rounding.  The same widths as
+  Q8_0.  (Ours, ``cache_dtype="int4"``, is symmetric: codes in ±7, max|x| / 7 a step.)
 
 The graph (q, the mask, the one attention node and its result) is built once per number
 of new tokens t, in a context of its own (O(t·d), and O(n·t) for the mask when t > 1); a
@@ -52,7 +60,7 @@ d = 64 and 32, t = 1 and 3, standard normal values, scale 1/√d):
 
 - Below 64 query rows (decoding) each row runs ``..._f16_one_chunk``: q is first converted
   to the key type's dot-product type (``q_to_vec_dot``: rounded to float16 for F16 keys,
-  to bfloat16 for BF16, quantised to Q8_0 blocks for Q8_0 keys, by ``quantize_row_q8_0``'s
+  to bfloat16 for BF16, quantised to Q8_0 blocks for Q8_0 and Q4_0 keys, by ``quantize_row_q8_0``'s
   AVX2 code in ``arch/x86/quants.c``: codes rint(x · 127 / max|block|)), then an online
   softmax over the keys one at a time, scores and their sum in float32, V·softmax summed in
   float32 (``VKQ32``, values widened by ``v_to_float``) for every value type but F16.  A
@@ -79,9 +87,9 @@ d = 64 and 32, t = 1 and 3, standard normal values, scale 1/√d):
   Bias, not noise, on long caches: not a float16 cache's error.
   (The harness's cases, at most 1,100 keys, do not reach it: float16 passes them.)
 
-Refused with a ValueError: the float16 cache and any format ggml does not keep, Q8_0
-widths that are not multiples of 32, query heads not a multiple of the K/V heads, a q of
-another shape or with t outside 1..n (ggml aborts the process on what it cannot take,
+Refused with a ValueError: the float16 cache and any format ggml does not keep, Q8_0 and
+Q4_0 widths that are not multiples of 32, query heads not a multiple of the K/V heads, a q
+of another shape or with t outside 1..n (ggml aborts the process on what it cannot take,
 so these are checked first).
 
 Measured with ggml 0.15.3 on AMD EPYC (Zen 3, AVX2), n = 65,536, d = 64, t = 1, the
@@ -107,7 +115,7 @@ from ..threads import budget
 
 # cache format -> ggml's type for it
 _GGML_TYPES = {"float32": ggml.GGML_TYPE_F32, "float16": ggml.GGML_TYPE_F16,
-               "bfloat16": ggml.GGML_TYPE_BF16, "int8": ggml.GGML_TYPE_Q8_0}
+               "bfloat16": ggml.GGML_TYPE_BF16, "int8": ggml.GGML_TYPE_Q8_0, "int4": ggml.GGML_TYPE_Q4_0}
 # ggml keeps these, but computes over them below their precision (evidence: the docstring)
 REFUSED_FORMATS = {
     "float16": "its CPU kernel sums V·softmax in float16 when decoding (fewer than 64 query rows), "
@@ -121,6 +129,8 @@ CACHE_FORMATS = tuple(name for name in _GGML_TYPES if name not in REFUSED_FORMAT
 _RUN_TYPES = {"float32": ggml.GGML_TYPE_F32, "bfloat16": ggml.GGML_TYPE_BF16}
 
 Q8_0_BLOCK = 32  # values per Q8_0 block (QK8_0): one float16 scale each
+Q4_0_BLOCK = 32  # values per Q4_0 block (QK4_0), likewise
+_BLOCKS = {ggml.GGML_TYPE_Q8_0: ("int8", "Q8_0", Q8_0_BLOCK), ggml.GGML_TYPE_Q4_0: ("int4", "Q4_0", Q4_0_BLOCK)}
 GRAPH_SIZE = 8   # room in a graph for its one node and its (up to 4) leaves: q, k, v, mask
 
 
@@ -228,9 +238,11 @@ def _decoder(ggml_type, keys, values, heads, scale):
     (kv_heads, n, d), d_v = keys.shape, values.shape[2]
     if heads % kv_heads:
         raise ValueError(f"{heads} query heads do not divide among {kv_heads} K/V heads")
-    if ggml_type == ggml.GGML_TYPE_Q8_0 and (d % Q8_0_BLOCK or d_v % Q8_0_BLOCK):
-        raise ValueError(f"ggml's int8 cache (Q8_0) keeps blocks of {Q8_0_BLOCK} values along a row: "
-                         f"d = {d} and d_v = {d_v} must be multiples of {Q8_0_BLOCK}")
+    if ggml_type in _BLOCKS:
+        name, ggml_name, block = _BLOCKS[ggml_type]
+        if d % block or d_v % block:
+            raise ValueError(f"ggml's {name} cache ({ggml_name}) keeps blocks of {block} values along a row: "
+                             f"d = {d} and d_v = {d_v} must be multiples of {block}")
     rows = kv_heads * n
     cache = _Context(_context_size(*(ggml.ggml_row_size(ggml_type, width) * rows for width in (d, d_v))))
     cache.k, cache.v = cache.tensor(ggml_type, d, n, kv_heads), cache.tensor(ggml_type, d_v, n, kv_heads)

@@ -161,11 +161,11 @@ def cache(run):
         speeds,
         "Beside the peers that take the same cache (`Kernel.cache_refusal` says why the others do "
         "not): their time ÷ ours, side by side in one process. ONNX Runtime (float16, int8), "
-        "OpenVINO (float32, float16, int8) and ggml (float32, bfloat16, int8) decode from caches "
+        "OpenVINO (float32, float16, int8) and ggml (float32, bfloat16, int8, int4) decode from caches "
         "they keep themselves, as their own generation loops do (`Kernel.own_caches`): ONNX "
         "Runtime's GroupQueryAttention with int8 scales per channel, OpenVINO's stateful model with "
-        "u8 codes, a scale and a zero point per token, ggml's Q8_0 blocks of 32 values with a "
-        "float16 scale each; each encodes the same values in its own layout before the timing (the "
+        "u8 codes, a scale and a zero point per token, ggml's Q8_0 and Q4_0 blocks of 32 values with "
+        "a float16 scale each; each encodes the same values in its own layout before the timing (the "
         "scales differ by a few bytes per row from ours, which the figure ignores).",
         peer_table,
         *([f"No figure for {', '.join(unmeasured)} on any of these caches (not installed, or skipped: asv's "
