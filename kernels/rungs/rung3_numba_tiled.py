@@ -403,13 +403,7 @@ def run_int8(q, k, k_scales, v, v_scales, out, causal, scale):
     dequantised into scratch: 1 byte per element and 4 per row read.  More queries per head
     (a prompt's chunk against the cache) are compute-bound: the visible cache is dequantised
     to float32 first, O(n_k · (d + d_v)) beside the O(n_q · n_k · (d + d_v)) products."""
-    if q.shape[1] > SPLIT_KV_MAX_ROWS:
-        run(q, k_scales[..., None] * k.astype(np.float32), v_scales[..., None] * v.astype(np.float32),
-            out, causal, scale)
-        return
-    kv_rows = _scaled_layout(k, k_scales, v, v_scales)
-    offset, q_factor, log2_scale = _constants(q.shape[1], k.shape[1], causal, scale)
-    rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, q.dtype, k_scales, v_scales)
+    _run_scaled(FORMATS["int8"], q, k, k_scales, v, v_scales, out, causal, scale)
 
 
 def run_int4(q, k, k_scales, v, v_scales, out, causal, scale):
@@ -419,11 +413,17 @@ def run_int4(q, k, k_scales, v, v_scales, out, causal, scale):
     axis).  Decoding reads the bytes in place, a block of rows at a time dequantised into
     scratch: half a byte per element and 4 per group read.  More queries per head: the
     visible cache dequantised to float32 first, as ``run_int8`` does."""
-    int4 = FORMATS["int4"]
-    d, d_v = q.shape[2], out.shape[2]
-    int4.check_arrays("numba_tiled", d, d_v, k, k_scales, v, v_scales)
+    FORMATS["int4"].check_arrays("numba_tiled", q.shape[2], out.shape[2], k, k_scales, v, v_scales)
+    _run_scaled(FORMATS["int4"], q, k, k_scales, v, v_scales, out, causal, scale)
+
+
+def _run_scaled(fmt, q, k, k_scales, v, v_scales, out, causal, scale):
+    """run_int8's and run_int4's call (fmt: their ``CacheFormat``): decoding through the
+    split-KV path on the cache in place, more queries per head on the visible cache
+    dequantised as ``fmt.decode`` dequantises it."""
     if q.shape[1] > SPLIT_KV_MAX_ROWS:
-        run(q, int4.decode(k, k_scales, width=d), int4.decode(v, v_scales, width=d_v), out, causal, scale)
+        run(q, fmt.decode(k, k_scales, width=q.shape[2]), fmt.decode(v, v_scales, width=out.shape[2]),
+            out, causal, scale)
         return
     kv_rows = _scaled_layout(k, k_scales, v, v_scales)
     offset, q_factor, log2_scale = _constants(q.shape[1], k.shape[1], causal, scale)
@@ -435,7 +435,8 @@ def _scaled_layout(k, k_scales, v, v_scales):
     (``api.kv_layout``; scales (B_kv, n_k) or (B_kv, n_k, groups)); ValueError when they do
     not share one (a KVCache's always do)."""
     _, _, kv_rows = kv_layout(k, v)
-    scale_rows = {kv_layout(*(s if s.ndim == 3 else s[..., None],) * 2)[2] for s in (k_scales, v_scales)}
+    per_row = [s if s.ndim == 3 else s[..., None] for s in (k_scales, v_scales)]   # (B_kv, n_k, groups)
+    scale_rows = {kv_layout(s, s)[2] for s in per_row}
     if scale_rows != {kv_rows} or kv_layout(k, v)[0] is not k:
         raise ValueError("a scaled cache's keys, values and scales must be views of buffers with "
                          "one row count per head (a KVCache's are)")
