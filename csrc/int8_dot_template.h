@@ -1,11 +1,15 @@
-/* One SIMD unit's qk_rows for struct int8_dot_ops (int8_dot.c says why and how): a
-   template without include guards, included once per unit with
+/* One SIMD unit's qk_rows (int8 keys) and qk_rows_q4 (int4 keys) for struct int8_dot_ops
+   (int8_dot.c says why and how): a template without include guards, included once per unit
+   with
      UNIT(name)      the names of its functions
      TARGET_ISA      the target attribute's string
      DPWSSD(a, x, y) a + the sums of pairs of int16 products x · y, per int32 lane
-   Each step takes 8 / R keys and meets each 16 elements of a key row (sign-extended to
-   int16 once) with the R query rows, 8 / R · R int32 accumulators, reduced together into
-   one vector of 8 sums, converted and scaled 8 lanes at a time. */
+   Each step takes 8 / R keys and meets each 16 elements of a key row (widened to int16
+   once) with the R query rows, 8 / R · R int32 accumulators, reduced together into one
+   vector of 8 sums, converted and scaled 8 lanes at a time. int8 keys are sign-extended
+   and scaled once per row; int4 keys are zero-extended a group's 16 bytes at a time, the
+   low nibbles masked and the high ones shifted (the group's even and odd values), and each
+   group's sums scaled by that group's scale before the groups are added. */
 #define INLINE_UNIT static inline __attribute__((always_inline, target(TARGET_ISA)))
 #ifndef UNROLL
 #define UNROLL _Pragma("GCC unroll 16")
