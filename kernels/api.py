@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
+from .band import FULL, Band
 from .memory import available_bytes, format_bytes
 from .registry import KERNELS, get_kernel
 
@@ -34,6 +35,7 @@ class Problem:
     causal: bool
     scale: float
     group: int = 1
+    band: Band = FULL  # the keys each query sees (causal folded in: band.causal == causal)
 
     @property
     def batch(self):
@@ -89,19 +91,23 @@ class ExtensionNotBuilt(ImportError):
         )
 
 
-def planned(batch_shape, n_q, n_k, d, d_v, dtype, causal=False, group=1):
+def planned(batch_shape, n_q, n_k, d, d_v, dtype, causal=False, group=1, *, window=None, sinks=0):
     """The ``Problem`` of a call whose inputs are yet to be made, so that ``check_resources``
     can refuse it before they are (sizes already known to be >= 1; default scale)."""
-    return Problem(tuple(batch_shape), n_q, n_k, d, d_v, np.dtype(dtype), bool(causal), 1.0 / math.sqrt(d), group)
+    band = Band.of(causal, window, sinks)
+    return Problem(tuple(batch_shape), n_q, n_k, d, d_v, np.dtype(dtype), band.causal, 1.0 / math.sqrt(d), group,
+                   band)
 
 
-def validate(q, k, v, causal=False, scale=None):
-    """Check shapes, dtypes and scale of one call; return its ``Problem``.
+def validate(q, k, v, causal=False, scale=None, *, window=None, sinks=0):
+    """Check shapes, dtypes, scale and band (``kernels.band``: causal, window, sinks) of one
+    call; return its ``Problem``.
 
     q (..., H, n_q, d), k (..., H_kv, n_k, d), v (..., H_kv, n_k, d_v): identical leading
     dims, except that k and v may have fewer heads (axis -3) than q when H_kv divides H
     (grouped-query attention: query head h reads K/V head h // (H / H_kv)).
-    Raises ValueError (shapes, sizes, scale) or TypeError (dtypes).
+    Raises ValueError (shapes, sizes, scale, a negative window side or sinks) or TypeError
+    (dtypes, a causal, window or sinks of the wrong type).
     """
     arrays = {"q": q, "k": k, "v": v}
     for name, array in arrays.items():
@@ -129,9 +135,8 @@ def validate(q, k, v, causal=False, scale=None):
     for label, size in (("n_q", n_q), ("n_k", n_k), ("d", d), ("d_v", d_v)):
         if size == 0:
             raise ValueError(f"{label} must be at least 1, got 0 ({shapes})")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
-    return Problem(q.shape[:-2], n_q, n_k, d, d_v, q.dtype, bool(causal), checked_scale(scale, d), group)
+    band = Band.of(causal, window, sinks)
+    return Problem(q.shape[:-2], n_q, n_k, d, d_v, q.dtype, band.causal, checked_scale(scale, d), group, band)
 
 
 def checked_scale(scale, d):
@@ -166,12 +171,13 @@ def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0, held=Tr
 
     ValueError for a dtype the kernel (a peer) declares it does not take, or computes below
     the harness's budget on this CPU (``Kernel.refusal``; not asked when ``held`` is
-    False), or above its size cap; MemoryError when the output, the kernel's
+    False), for a band (a window, sinks) it does not take (``Kernel.band_refusal``), or
+    above its size cap; MemoryError when the output, the kernel's
     n×n workspace and ``extra_bytes`` (what the caller allocates besides: contiguous
     copies of the inputs, or the inputs themselves when they are yet to be made) would
     not fit in available memory, less ``headroom_bytes`` kept free for other work.
     """
-    refusal = kernel.refusal(problem.dtype, held)
+    refusal = kernel.refusal(problem.dtype, held) or kernel.band_refusal(problem.band)
     if refusal:
         raise ValueError(f"kernel {kernel.name!r} does not take this call: {refusal}")
     if not kernel.fits(problem.batch, problem.n_q, problem.n_k):
@@ -183,7 +189,7 @@ def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0, held=Tr
         )
     workspace = kernel.workspace_bytes(
         problem.batch, problem.n_q, problem.n_k, problem.d, problem.d_v,
-        dtypes.float_type(problem.dtype).compute.itemsize, problem.causal,
+        dtypes.float_type(problem.dtype).compute.itemsize, not problem.band.full,
     ) + (problem.widened_input_bytes if kernel.widens_inputs else 0)
 
     def shortfall(needed, available):
@@ -218,7 +224,7 @@ def require_memory(needed, shortfall, *, headroom_bytes=0):
         raise MemoryError(shortfall(total, available) + kept)
 
 
-def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
+def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
     """softmax(scale · q kᵀ) v over the last two axes, by the kernel named ``kernel``.
 
     q (..., H, n_q, d), k (..., H_kv, n_k, d), v (..., H_kv, n_k, d_v) -> (..., H, n_q, d_v),
@@ -227,33 +233,38 @@ def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
     float32, float64, bfloat16 or float16.  The 16-bit types are computed in float32 (the
     scores, softmax and sums) and the result rounded once to the inputs' type.
     ``causal``: query i sees keys j <= i + (n_k - n_q); a query that sees none gives 0.
+    ``window=(left, right)``: query i, at position p = i + (n_k - n_q), sees keys
+    p - left <= j <= p + right (FlashAttention's convention; None: that side unbounded;
+    causal is right = 0); ``sinks=s``: the first s keys stay visible too, never a future
+    key (``kernels.band``).  The tiled kernels skip the keys outside the band: a window
+    costs O(n_q · (left + right + sinks)), not O(n_q · n_k).
     ``scale`` defaults to 1/sqrt(d).  Inputs are never modified.
     """
-    return _attention(q, k, v, kernel, causal, scale, rounded=True)
+    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, rounded=True)
 
 
-def attention_unrounded(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
+def attention_unrounded(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
     """``attention``, its result left in the type it was computed in: the inputs' own, or
     float32 for 16-bit inputs (what a 16-bit KV cache's attention returns)."""
-    return _attention(q, k, v, kernel, causal, scale, rounded=False)
+    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, rounded=False)
 
 
-def attention_unheld(q, k, v, *, kernel="c_tiled", causal=False, scale=None):
+def attention_unheld(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
     """``attention``, but a peer is not held to the harness on this CPU (``Kernel.probed``):
     a call in a type it computes below the harness's budget here is made rather than
     refused.  Every other check is ``attention``'s.  For the harness's probe itself, and for
     the benchmarks, which time such a peer anyway so that what its rounding buys is seen
     (the report marks those rows); not for results anyone should use."""
-    return _attention(q, k, v, kernel, causal, scale, rounded=True, held=False)
+    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, rounded=True, held=False)
 
 
-def _attention(q, k, v, kernel, causal, scale, rounded, held=True):
+def _attention(q, k, v, kernel, band, scale, rounded, held=True):
     """The call, its output in the inputs' type (``rounded``) or in the type it is computed
     in.  A kernel that writes a 16-bit type's rows itself (``Kernel.writes_half``) is given
     an output of that type; for the others the float32 result is rounded here, in one pass.
     ``held``: whether a peer's probed type must have met the harness's budget here."""
     record = get_kernel(kernel)
-    problem = validate(q, k, v, causal, scale)
+    problem = validate(q, k, v, band.causal, scale, window=(band.left, band.right), sinks=band.sinks)
     compute = dtypes.float_type(problem.dtype).compute
     if problem.batch == 0:
         return np.zeros(problem.out_shape, problem.dtype if rounded else compute)
@@ -267,7 +278,10 @@ def _attention(q, k, v, kernel, causal, scale, rounded, held=True):
                   for (a, shape), copy in zip(flat, copied))
     written = problem.dtype if rounded and record.writes_half else compute
     out = np.empty((problem.batch, problem.n_q, problem.d_v), written)
-    run(q3, k3, v3, out, problem.causal, problem.scale)
+    if record.windows:
+        run(q3, k3, v3, out, problem.causal, problem.scale, band=problem.band)
+    else:  # full or causal: band_refusal let nothing else through
+        run(q3, k3, v3, out, problem.causal, problem.scale)
     out = out.reshape(problem.out_shape)
     return out.astype(problem.dtype, copy=False) if rounded else out
 

@@ -66,7 +66,7 @@ class Band:
         """(lo, hi), int64 (n_q,): query i's window is keys [lo_i, hi_i) (empty when lo_i >=
         hi_i); its sinks are [0, min(sinks, hi_i)).  Both never decrease with i.  O(n_q)."""
         position = np.arange(n_q, dtype=np.int64) + (n_k - n_q)
-        hi = np.clip(position + 1 + (n_k if self.right is None else self.right), 0, n_k)
+        hi = np.full(n_q, n_k, np.int64) if self.right is None else np.clip(position + 1 + self.right, 0, n_k)
         lo = np.zeros(n_q, np.int64) if self.left is None else np.clip(position - self.left, 0, n_k)
         return lo, hi
 
@@ -78,13 +78,14 @@ class Band:
         return int(min(n_q, max(0, n_q - n_k - self.right)))
 
     def mask(self, n_q, n_k):
-        """Boolean (n_q, n_k), True where query i sees key j.  O(n_q · n_k) memory: for the
-        reference and the materialising rung only."""
+        """Boolean (n_q, n_k), True where query i sees key j.  O(n_q · n_k) memory (two such
+        arrays while it is built): for the reference and the materialising rung only."""
         lo, hi = self.rows(n_q, n_k)
         keys = np.arange(n_k)
-        seen = (keys >= lo[:, None]) & (keys < hi[:, None])
+        seen = keys >= lo[:, None]
+        np.logical_and(seen, keys < hi[:, None], out=seen)  # in place: two n_q × n_k at most
         if self.sinks:
-            seen |= (keys < self.sinks) & (keys < hi[:, None])
+            np.logical_or(seen, keys < np.minimum(self.sinks, hi)[:, None], out=seen)
         return seen
 
     def seen_keys(self, n_q, n_k):
@@ -100,7 +101,7 @@ class Band:
             return "full"
         if self.left is None:
             return "causal" if self.causal else f"window (None, {self.right})"
-        sinks = f" + {self.sinks} sinks" if self.sinks else ""
+        sinks = f" + {self.sinks} sink{'s' if self.sinks > 1 else ''}" if self.sinks else ""
         return f"window ({self.left}, {self.right}){sinks}"
 
 

@@ -57,6 +57,7 @@ from typing import Optional
 import numpy as np
 
 from .api import attention_unheld
+from .band import Band
 from .dtypes import FLOATS, float_type, type_name
 from .machine_id import machine_name
 from .reference import expand_kv, reference_attention
@@ -77,6 +78,7 @@ class Case:
     poison puts NaN or Inf into one row of an input: "nan_q", "nan_k", "nan_v", "inf_q".
     kv_heads: k and v have this many heads (the last axis of batch_shape is q's): grouped-
     query attention.
+    window, sinks: the band each query sees (``kernels.band``), beside ``causal``.
     """
 
     name: str
@@ -90,10 +92,16 @@ class Case:
     logit_scale: float = 1.0
     poison: Optional[str] = None
     kv_heads: Optional[int] = None
+    window: Optional[tuple] = None
+    sinks: int = 0
 
     @property
     def label(self):
         return f"{self.name}{' causal' if self.causal else ''}"
+
+    @property
+    def band(self):
+        return Band.of(self.causal, self.window, self.sinks)
 
     @property
     def batch(self):
@@ -152,7 +160,28 @@ def _cases():
         Case("grouped 4 on 1 n_q=3 d_v=48", (4,), 3, 517, 64, 48, kv_heads=1),
         Case("grouped 6 on 3 n=600", (6,), 600, 600, 64, 64, kv_heads=3),
     ]
-    return [replace(case, causal=causal) for case in shapes for causal in (False, True)]
+    # Bands (kernels.band): a window of 0 and 1 key, one wider than n, windows whose edges
+    # cross the tiles (numba_tiled: 96 queries × 64 keys; c_tiled: csrc/tiles.h), one side
+    # unbounded, sinks inside and beyond the window and across a key tile, a NaN value that
+    # only the queries whose window holds it may see, decoding (too few queries to split).
+    bands = [
+        Case("window (0,0) n=70", (2,), 70, 70, 16, 16, window=(0, 0)),
+        Case("window (1,0) n=70", (2,), 70, 70, 16, 16, window=(1, 0)),
+        Case("window (500,500) > n=200", (1,), 200, 200, 32, 32, window=(500, 500)),
+        Case("window (8,8) n=300", (2,), 300, 300, 32, 24, window=(8, 8)),
+        Case("window (64,0) n=333 d=64", (2,), 333, 333, 64, 64, window=(64, 0)),
+        Case("window (None,3) n_q=50 n_k=80", (2,), 50, 80, 16, 16, window=(None, 3)),
+        Case("window (5,None) n_q=80 n_k=50", (2,), 80, 50, 16, 16, window=(5, None)),
+        Case("window (2,1) n_q=120 n_k=40", (1,), 120, 40, 16, 16, window=(2, 1)),
+        Case("window (37,0) + 4 sinks n=400", (2,), 400, 400, 64, 64, window=(37, 0), sinks=4),
+        Case("window (3,0) + 70 sinks n=300", (1,), 300, 300, 32, 32, window=(3, 0), sinks=70),
+        Case("window (16,2) + 1 sink grouped 4 on 2", (4,), 200, 200, 32, 32, kv_heads=2, window=(16, 2), sinks=1),
+        Case("window (2,0) + 2 sinks NaN in v", (2,), 40, 40, 8, 8, poison="nan_v", window=(2, 0), sinks=2),
+        Case("window (20,0) decode n_k=300", (4,), 1, 300, 64, 64, window=(20, 0), sinks=4),
+        Case("window (20,0) n_q=3 n_k=300", (4,), 3, 300, 64, 64, window=(20, 0)),
+        Case("window (100,0) + 4 sinks n=1100", (2,), 1100, 1100, 64, 64, window=(100, 0), sinks=4),
+    ]
+    return [replace(case, causal=causal) for case in shapes for causal in (False, True)] + bands
 
 
 CASES = _cases()
@@ -208,7 +237,8 @@ def error_budget(case, dtype, inputs, ref):
         return REFERENCE_BUDGET
     q, k, v = inputs
     computed = float_type(row.compute)
-    plain = reference_attention(q, k, v, causal=case.causal, compute_dtype=computed.dtype.type)
+    plain = reference_attention(q, k, v, causal=case.causal, compute_dtype=computed.dtype.type,
+                                window=case.window, sinks=case.sinks)
     plain_error = compare(plain, ref, v, np.inf).error
     # magnitude sums of the finite parts (a NaN or Inf input is judged by where NaN lands),
     # times the default scale 1/√d that check() runs every case with
@@ -255,7 +285,7 @@ def check(kernel_name, case, dtype, held=True):
     kernel = KERNELS[kernel_name]
     if not kernel.fits(case.batch, case.n_q, case.n_k):
         return Outcome(kernel_name, case, np.dtype(dtype).name, None, f"above cap {kernel.cap}")
-    refusal = kernel.refusal(dtype, held)
+    refusal = kernel.refusal(dtype, held) or kernel.band_refusal(case.band)
     if refusal:
         return Outcome(kernel_name, case, np.dtype(dtype).name, None, refusal)
     if kernel.external and case.poison:
@@ -264,7 +294,7 @@ def check(kernel_name, case, dtype, held=True):
     inputs = case.inputs(dtype)  # fresh arrays each time: a kernel never sees another's
     ref, budget = _expected(case, np.dtype(dtype).type)
     # the refusal was asked above, held or not
-    out = attention_unheld(*inputs, kernel=kernel_name, causal=case.causal)
+    out = attention_unheld(*inputs, kernel=kernel_name, causal=case.causal, window=case.window, sinks=case.sinks)
     return Outcome(kernel_name, case, np.dtype(dtype).name, compare(out, ref, inputs[2], budget))
 
 
@@ -272,7 +302,7 @@ def check(kernel_name, case, dtype, held=True):
 def _expected(case, dtype):
     """The reference output and error budget of one case, computed once for all kernels."""
     inputs = case.inputs(dtype)
-    ref = reference_attention(*inputs, causal=case.causal)
+    ref = reference_attention(*inputs, causal=case.causal, window=case.window, sinks=case.sinks)
     return ref, error_budget(case, dtype, inputs, ref)
 
 

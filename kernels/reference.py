@@ -6,6 +6,8 @@ that sets the float32 error budget in ``kernels.harness``.
 """
 import numpy as np
 
+from .band import Band
+
 
 def first_seeing_row(n_q, n_k, causal):
     """Index of the first query row that sees at least one key.
@@ -13,7 +15,7 @@ def first_seeing_row(n_q, n_k, causal):
     Causal attention is aligned bottom-right: query i sees keys j <= i + (n_k - n_q),
     so when n_q > n_k the first n_q - n_k rows see none (their output is zero).
     """
-    return max(0, n_q - n_k) if causal else 0
+    return Band.of(causal).first_row(n_q, n_k)
 
 
 def causal_mask(n_q, n_k):
@@ -30,14 +32,17 @@ def expand_kv(q, kv):
     return np.repeat(kv, q.shape[-3] // kv.shape[-3], axis=-3)
 
 
-def reference_attention(q, k, v, causal=False, scale=None, compute_dtype=np.float64):
-    """softmax(scale · q kᵀ) v, max-subtracted, in ``compute_dtype``.
+def reference_attention(q, k, v, causal=False, scale=None, compute_dtype=np.float64, *, window=None, sinks=0):
+    """softmax(scale · q kᵀ) v, max-subtracted, in ``compute_dtype``, each query over the keys
+    its band sees (``kernels.band``: ``causal``, ``window`` = (left, right), ``sinks``).
 
     q (..., H, n_q, d), k (..., H_kv, n_k, d), v (..., H_kv, n_k, d_v) -> (..., H, n_q, d_v);
     H_kv divides H (grouped-query attention: by definition, each K/V head repeated for the
     H / H_kv query heads of its group, head h reading K/V head h // (H / H_kv)).
+    A query that sees no key gives zeros.
     Time O(n_q·n_k·(d + d_v)) per head; memory O(n_q·n_k) per head (the scores).
     """
+    band = Band.of(causal, window, sinks)
     q, k, v = (np.asarray(a, dtype=compute_dtype) for a in (q, k, v))
     k, v = (expand_kv(q, x) for x in (k, v))
     n_q, d = q.shape[-2:]
@@ -46,23 +51,20 @@ def reference_attention(q, k, v, causal=False, scale=None, compute_dtype=np.floa
 
     # pass 1: scores S = scale · Q Kᵀ, shape (..., n_q, n_k)
     scores = (q @ np.swapaxes(k, -1, -2)) * scale
-    # pass 2: causal mask, query i sees keys j <= last[i] = i + (n_k - n_q)
-    last = np.arange(n_q) + (n_k - n_q) if causal else np.full(n_q, n_k - 1)
-    if causal:
-        scores = np.where(causal_mask(n_q, n_k), scores, -np.inf)
-    # pass 3: P = exp(S - rowmax(S)), l = rowsum(P); rows that see no key are skipped.
+    # pass 2: the band's mask: a key a query does not see scores -inf
+    seen = band.mask(n_q, n_k)
+    scores = np.where(seen, scores, -np.inf)
+    # pass 3: P = exp(S - rowmax(S)), l = rowsum(P); rows that see no key give zeros.
     # A NaN or +inf score makes its row NaN here (inf - inf): the behaviour kernels copy.
-    first = first_seeing_row(n_q, n_k, causal)
-    seen = scores[..., first:, :]
-    with np.errstate(invalid="ignore"):
-        p = np.exp(seen - seen.max(axis=-1, keepdims=True))
-    l = p.sum(axis=-1, keepdims=True)
-    # pass 4: y_i = sum over the keys i sees of P_ij V_j / l_i.  A masked key takes no
-    # part at all: its weight is 0, but 0 · NaN would still be NaN, so the sum stops at
-    # last[i] and a NaN or Inf in a value row reaches only the queries that see it.
     out = np.zeros(q.shape[:-1] + (v.shape[-1],), dtype=compute_dtype)
-    for row in range(first, n_q):
-        keys = slice(0, last[row] + 1)
-        weights = p[..., row - first, keys]
-        out[..., row, :] = (weights[..., None, :] @ v[..., keys, :])[..., 0, :] / l[..., row - first, :]
+    for row in np.flatnonzero(seen.any(axis=1)):
+        # pass 4: y_i = sum over the keys i sees of P_ij V_j / l_i.  A masked key takes no
+        # part at all: its weight is 0, but 0 · NaN would still be NaN, so the sum runs
+        # over the seen keys only and a NaN or Inf in a value row reaches only the queries
+        # that see it.
+        keys = np.flatnonzero(seen[row])
+        row_scores = scores[..., row, keys]
+        with np.errstate(invalid="ignore"):
+            p = np.exp(row_scores - row_scores.max(axis=-1, keepdims=True))
+        out[..., row, :] = (p[..., None, :] @ v[..., keys, :])[..., 0, :] / p.sum(axis=-1, keepdims=True)
     return out

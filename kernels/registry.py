@@ -25,7 +25,7 @@ library's cache; it returns ``step(q)``, q (heads, t, d) float32 -> (heads, t, d
 the newest t tokens' causal attention, without re-encoding the cache.
 
 and, if it materialises n×n buffers, ``workspace_bytes(batch, n_q, n_k, d, d_v,
-itemsize, causal)`` (itemsize: of the compute type), which the validation path checks
+itemsize, masked)`` (itemsize: of the compute type), which the validation path checks
 against available memory before anything large is allocated.  Modules are imported on
 first use, so that ``import kernels`` does not pay for Numba, the C extension or a peer's
 package.
@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import dtypes as float_types
+from .band import CAUSAL
 from .cache_formats import FORMATS
 
 
@@ -78,6 +79,8 @@ class Kernel:
     dtype_note: str = ""              # why any other dtype is refused
     threading: str = "the budget"     # how the thread budget reaches it
     honours_budget: bool = True       # False: it sizes its own threads, whatever the budget
+    windows: bool = False             # takes any band (window, sinks: run(..., band=)), not
+                                      # only full and causal attention
 
     @property
     def implementation(self):
@@ -88,11 +91,21 @@ class Kernel:
     def run(self):
         return self.implementation.run
 
-    def workspace_bytes(self, batch, n_q, n_k, d, d_v, itemsize, causal):
-        """Extra bytes a call allocates beyond its output (0 for tiled kernels)."""
+    def workspace_bytes(self, batch, n_q, n_k, d, d_v, itemsize, masked):
+        """Extra bytes a call allocates beyond its output (0 for tiled kernels); ``masked``:
+        a call that is not full attention (causal, a window), whose mask a kernel may hold."""
         if not self.materialises:
             return 0
-        return self.implementation.workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal)
+        return self.implementation.workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, masked)
+
+    def band_refusal(self, band):
+        """Why this kernel does not take ``band`` (a ``kernels.band.Band``), or None when it
+        does: every kernel takes full and causal attention, those marked ``windows`` any band."""
+        if self.windows or band.full or band == CAUSAL:
+            return None
+        takers = ", ".join(name for name, kernel in KERNELS.items() if kernel.windows)
+        return (f"{self.name} takes full and causal attention only, not {band.describe()} "
+                f"(kernels that take a window and sinks: {takers})")
 
     def fits(self, batch, n_q, n_k):
         """False when the problem is above this kernel's size cap."""
@@ -140,6 +153,7 @@ def _build():
             "self-attention as an algorithm (each query: scores, softmax, weighted sum), in pure Python loops",
             "O(n) per query row",
             "kernels.rungs.rung1_naive",
+            windows=True,
             max_scores=256 * 256,
             contiguous=False,
         ),
@@ -148,6 +162,7 @@ def _build():
             "vectorised NumPy: BLAS products, stable softmax over the n×n scores",
             "O(n²)",
             "kernels.rungs.rung2_numpy",
+            windows=True,
             materialises=True,
             contiguous=False,
             widens_inputs=True,
@@ -157,6 +172,7 @@ def _build():
             "Numba JIT: query × key tiles, online softmax, heads × tiles on our thread pool",
             "O(n·d)",
             "kernels.rungs.rung3_numba_tiled",
+            windows=True,
             strided_kv=True,
             quantised_caches=("int8", "int4"),
             writes_half=True,

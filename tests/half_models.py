@@ -6,20 +6,22 @@ to the inputs' 16-bit type, as OpenVINO's CPU plugin does where the CPU has bf16
 units, so that the refusal of a peer falling below the budget is exercised on any CPU."""
 import numpy as np
 
+from kernels.band import Band
 from kernels.reference import expand_kv
 
 ROUNDING_BUGS = ("scores in half", "sums in half")  # what a library may compute in 16 bits
 ROUNDS_SCORES = True  # run's bug; False: it computes in float32 as our rungs do (tests flip it)
 
 
-def half_model(q, k, v, causal, dtype, bug=None, scale=None):
+def half_model(q, k, v, causal, dtype, bug=None, scale=None, band=None):
     """Attention as a 16-bit kernel may compute it: float32 throughout, P rounded to ``dtype``
     before P·V (l summed from the unrounded P, as PyTorch's bfloat16 kernel does) and the
     output rounded to ``dtype``: the two roundings the budget allows.  ``bug``: "scores in
     half" rounds the scores to ``dtype`` too; "sums in half" adds up l and P·V key by key in
     ``dtype``, rounding each partial sum (as ggml's float16 V·softmax does); "drops a key"
     leaves out every row's last key.  q (..., H, n_q, d), k (..., H_kv, n_k, d), v (..., H_kv,
-    n_k, d_v) -> (..., H, n_q, d_v) of ``dtype``; ``scale`` defaults to 1/√d."""
+    n_k, d_v) -> (..., H, n_q, d_v) of ``dtype``; ``scale`` defaults to 1/√d; ``band`` (a
+    ``kernels.band.Band``) overrides ``causal``."""
     q, k, v = (x.astype(np.float32) for x in (q, k, v))
     k, v = expand_kv(q, k), expand_kv(q, v)   # grouped cases: each query head's K/V head
     scale = np.float32(1 / np.sqrt(q.shape[-1]) if scale is None else scale)
@@ -27,7 +29,7 @@ def half_model(q, k, v, causal, dtype, bug=None, scale=None):
     if bug == "scores in half":
         scores = scores.astype(dtype).astype(np.float32)
     n_q, n_k = scores.shape[-2:]
-    visible = np.tri(n_q, n_k, k=n_k - n_q, dtype=bool) if causal else np.ones((n_q, n_k), bool)
+    visible = (band or Band.of(causal)).mask(n_q, n_k)
     if bug == "drops a key":
         visible &= np.tri(n_q, n_k, k=n_k - n_q - 1, dtype=bool) if causal else np.arange(n_k) < n_k - 1
     scores = np.where(visible, scores, -np.inf)

@@ -69,7 +69,7 @@ HALF_CASES = [c for c in harness.CASES if not c.poison]
 def test_a_16_bit_kernel_rounding_p_and_its_output_passes(case, dtype):
     q, k, v = case.inputs(np.dtype(dtype).type)
     ref, budget = harness._expected(case, np.dtype(dtype).type)
-    comparison = harness.compare(half_model(q, k, v, case.causal, dtype), ref, v, budget)
+    comparison = harness.compare(half_model(q, k, v, case.causal, dtype, band=case.band), ref, v, budget)
     assert comparison.ok, f"error {comparison.error:.3e} > budget {comparison.budget:.3e}"
 
 
@@ -113,7 +113,7 @@ def test_16_bit_budgets_are_the_float32_budget_of_their_inputs_plus_two_rounding
     for case in HALF_CASES[::7]:
         for dtype in HALF:
             inputs = case.inputs(np.dtype(dtype).type)
-            ref = reference_attention(*inputs, causal=case.causal)
+            ref = reference_attention(*inputs, causal=case.causal, window=case.window, sinks=case.sinks)
             widened = tuple(x.astype(np.float32) for x in inputs)   # exact
             assert harness.error_budget(case, dtype, inputs, ref) == (
                 2 * FLOATS[dtype].unit_roundoff + harness.error_budget(case, np.float32, widened, ref))

@@ -16,24 +16,27 @@ import math
 
 import numpy as np
 
-from ..reference import first_seeing_row
+from ..band import Band
 
 
-def run(q, k, v, out, causal, scale):
+def run(q, k, v, out, causal, scale, band=None):
+    """band: the keys each query sees (``kernels.band``; None: full, or causal)."""
+    band = band or Band.of(causal)
     n_q, n_k = q.shape[1], k.shape[1]
-    first = first_seeing_row(n_q, n_k, causal)
+    lo, hi = band.rows(n_q, n_k)
+    # the keys query i sees: its sinks, then its window
+    seen = [list(range(min(band.sinks, hi[i], lo[i]))) + list(range(lo[i], hi[i])) for i in range(n_q)]
     group = q.shape[0] // k.shape[0]
     for b in range(q.shape[0]):
         queries, keys, values = (x.astype(np.float64).tolist() for x in (q[b], k[b // group], v[b // group]))
         for i, query in enumerate(queries):
-            out[b, i] = _attend(query, keys, values, i, n_q, n_k, causal, scale) if i >= first else 0.0
+            out[b, i] = _attend(query, keys, values, seen[i], scale) if seen[i] else 0.0
 
 
-def _attend(query, keys, values, i, n_q, n_k, causal, scale):
-    """y_i for one query: steps 2-4 of the algorithm definition."""
+def _attend(query, keys, values, seen, scale):
+    """y_i for one query that sees the keys ``seen``: steps 2-4 of the algorithm definition."""
     # step 2: visit every key position j the query may see, Score_ij = scale · <q_i, k_j>
-    last = i + (n_k - n_q) if causal else n_k - 1
-    scores = [scale * sum(qc * kc for qc, kc in zip(query, keys[j])) for j in range(last + 1)]
+    scores = [scale * sum(qc * kc for qc, kc in zip(query, keys[j])) for j in seen]
     # step 3: Attention_ij = softmax(Score_i*)[j], the max subtracted so exp cannot overflow
     top = max(scores)
     exps = [math.exp(s - top) for s in scores]
@@ -41,7 +44,7 @@ def _attend(query, keys, values, i, n_q, n_k, causal, scale):
     attention = [e / total for e in exps]
     # step 4: y_i = sum_j Attention_ij · Value_j
     y = [0.0] * len(values[0])
-    for weight, value in zip(attention, values):
+    for weight, value in zip(attention, (values[j] for j in seen)):
         for c, vc in enumerate(value):
             y[c] += weight * vc
     return y

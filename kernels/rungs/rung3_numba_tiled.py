@@ -52,14 +52,17 @@ flattened, B_kv divides it (grouped-query attention: query head h reads K/V head
 h // (B / B_kv), in place; a (head, query tile) task reads its own K/V head's tiles).
 A call under the pool's size for threads (``threads.threads_for``) runs on the calling
 thread alone.
-Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal);
+Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal; with a window of
+w keys and s sinks, O(B · n_q · (w + s + TILE_Q) · (d + d_v)));
 extra memory O(threads · TILE_Q · (TILE_K + d + d_v)) (TILE_Q_HALF for 16-bit
 inputs), independent of n: per-task scratch tiles only.
-Causal: query i sees keys j <= i + (n_k - n_q).  Key tiles a query tile cannot see
-are skipped, and on a tile crossing the diagonal so are the panels of queries that
-see none of its keys (in the softmax and P V as in qk_tile); a key a query does not
-see gets the score -inf and stays out of that query's P V, so that not even 0 · NaN
-reaches it.  Tasks are handed out heaviest first (``task_order``).
+Causal, windows and sinks (``kernels.band``): causal query i sees keys j <= i + (n_k - n_q).
+Key tiles a query tile cannot see are skipped (``attend_query_tile`` walks the sinks and
+the windows as two runs of tiles), and on a tile crossing the diagonal or a window's
+left edge so are the blocks and panels of queries that see none of its keys (in the
+softmax and P V as in qk_tile); a key a query does not see gets the score -inf and
+stays out of that query's P V, so that not even 0 · NaN reaches it.  Tasks are handed
+out heaviest first (``task_order``).
 
 bfloat16 and float16: the inputs reach the tasks as their bits (uint16) and are widened
 to float32, exactly (``rung3_numba_simd.widen``), inside the tiles: Qᵀ as it is filled,
@@ -98,6 +101,7 @@ import numpy as np
 from numba import carray, cfunc, njit
 
 from ..api import kv_layout
+from ..band import Band
 from ..cache_formats import FORMATS
 from ..threads import address, parallel_for, threads_for
 from . import rung3_numba_split_kv
@@ -118,16 +122,19 @@ TILE_Q = 96
 TILE_Q_HALF = 3 * TILE_Q
 TILE_K = 64  # keys per step of the online softmax (a multiple of BLOCK_ROWS)
 LOG2_E = 1.0 / math.log(2.0)
+UNBOUNDED = 2**62  # a window side without a bound: further than any key, with room to add
 
 
 @njit(**INTERNAL)
-def qk_tile(qt, k, j0, visible, st):
+def qk_tile(qt, k, j0, first, visible, st):
     """Sᵀ = K_tile Qᵀ: st[j, i] = k[j0 + j] · qt[:, i].
 
     qt (d, rows) holds the query tile transposed, rows a multiple of the panel
-    width; k (n_k, d) the keys of one head; st (TILE_K, rows).  visible (rows,) is
-    non-decreasing, and a panel computes the keys its last query sees, rounded up to
-    BLOCK_ROWS (keys past n_k repeat the last one; such scores are never read).
+    width; k (n_k, d) the keys of one head; st (TILE_K, rows).  Query i sees the tile's
+    keys [first[i], visible[i]), both non-decreasing: a panel computes the blocks of
+    BLOCK_ROWS keys from the one holding its first query's first key to the one holding
+    its last query's last (keys past n_k repeat the last one; such scores are never
+    read, nor those of keys a query does not see: masked).
     Key blocks are the outer loop: their BLOCK_ROWS rows of K stay in L1 while the
     panels of Qᵀ stream past (float64: 10% faster than panels outer).
     """
@@ -139,7 +146,7 @@ def qk_tile(qt, k, j0, visible, st):
     last_key = k.shape[0] - 1
     for j in range(0, visible[rows - 1], BLOCK_ROWS):
         for i0 in range(0, rows, panel):
-            if j >= visible[i0 + panel - 1]:
+            if j >= visible[i0 + panel - 1] or j + BLOCK_ROWS <= first[i0]:
                 continue
             block[:] = 0
             for p in range(d):
@@ -155,10 +162,13 @@ def qk_tile(qt, k, j0, visible, st):
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
-def mask_causal(st, visible, keys, start):
-    """st[j, i] = -inf for the keys visible[i] <= j < keys that query i >= start must not see."""
+def mask_band(st, first, visible, keys, start):
+    """st[j, i] = -inf for the keys j < first[i] and visible[i] <= j < keys that query
+    i >= start must not see."""
     neg_inf = st.dtype.type(-np.inf)
     for i in range(start, visible.size):
+        for j in range(first[i]):
+            st[j, i] = neg_inf
         for j in range(visible[i], keys):
             st[j, i] = neg_inf
 
@@ -209,16 +219,18 @@ def online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift):
 
 
 @njit(**INTERNAL)
-def pv_tile(pt, v_tile, visible, start, alpha, ot):
-    """Oᵀ = alpha · Oᵀ + V_tileᵀ Pᵀ, query i summing over exactly its visible[i] keys.
+def pv_tile(pt, v_tile, first, visible, start, alpha, ot):
+    """Oᵀ = alpha · Oᵀ + V_tileᵀ Pᵀ, query i summing over exactly its keys
+    [first[i], visible[i]) (both non-decreasing).
 
     pt (TILE_K, rows) = Pᵀ; v_tile (TILE_K, width) the tile's values, zero-padded to
-    width = d_v rounded up to BLOCK_ROWS; alpha, visible (rows,); ot (width, rows) = Oᵀ.
-    Only the queries i >= start (a multiple of the panel width), as online_softmax.
+    width = d_v rounded up to BLOCK_ROWS; alpha, first, visible (rows,); ot (width, rows)
+    = Oᵀ.  Only the queries i >= start (a multiple of the panel width), as online_softmax.
     A panel sums the keys all its queries see in register blocks; the few more that
-    only its later queries see (a tile crossing the causal diagonal) are added query
-    by query.  A key is never skipped for a small weight: 0 · NaN in V must still
-    give NaN.
+    only some of its queries see (a tile crossing the causal diagonal or a window's
+    left edge) are added query by query.  A key is never skipped for a small weight,
+    nor is a masked key summed with weight 0: 0 · NaN in V must give NaN exactly where
+    the key is seen.
     """
     prefer_wide_vectors()
     block = register_block(pt.dtype)
@@ -231,10 +243,13 @@ def pv_tile(pt, v_tile, visible, start, alpha, ot):
         for i in range(np.uint64(start), np.uint64(rows)):  # unsigned: see online_softmax
             o_row[i] *= alpha[i]
     for i0 in range(start, rows, panel):
-        shared = visible[i0]  # keys that every query of the panel sees
+        # keys [shared_lo, shared_hi) every query of the panel sees (none when a window's
+        # left edge passes the whole panel's diagonal: then all are added query by query)
+        shared_lo = first[i0 + panel - 1]
+        shared_hi = max(shared_lo, visible[i0])
         for c0 in range(0, width, BLOCK_ROWS):
             block[:] = 0
-            for j in range(shared):
+            for j in range(shared_lo, shared_hi):
                 p_row = pt[j]
                 v_row = v_tile[j]
                 for r in range(BLOCK_ROWS):
@@ -244,11 +259,18 @@ def pv_tile(pt, v_tile, visible, start, alpha, ot):
                 for u in range(0, panel, lanes):
                     fma_vector(ot[c0 + r], i0 + u, one, block[r], u)
         for i in range(i0, i0 + panel):
-            for j in range(shared, visible[i]):
-                weight = pt[j, i]
-                v_row = v_tile[j]
-                for c in range(width):
-                    ot[c, i] += weight * v_row[c]
+            _add_weighted(pt, v_tile, i, first[i], min(shared_lo, visible[i]), ot)
+            _add_weighted(pt, v_tile, i, shared_hi, visible[i], ot)
+
+
+@njit(inline="always", **JIT_OPTIONS)  # inlined into pv_tile
+def _add_weighted(pt, v_tile, i, j_from, j_to, ot):
+    """Oᵀ[:, i] += Σ_{j_from <= j < j_to} P[i, j] V_tile[j], one query's keys one by one."""
+    for j in range(j_from, j_to):
+        weight = pt[j, i]
+        v_row = v_tile[j]
+        for c in range(ot.shape[0]):
+            ot[c, i] += weight * v_row[c]
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
@@ -267,15 +289,23 @@ def query_tile_rows(fmt):
 
 
 @njit(**INTERNAL)
-def attend_query_tile(q, k, v, out, i0, tile_rows, offset, q_factor, log2_scale, dtype, fmt, out_fmt):
+def attend_query_tile(q, k, v, out, i0, tile_rows, offset, left_offset, sinks, q_factor, log2_scale, dtype, fmt,
+                      out_fmt):
     """out[i0 : i0 + tile_rows] for one head: q (n_q, d), k (n_k, d), v (n_k, d_v),
-    out (n_q, d_v).  Query i sees keys j < i + 1 + offset; the scores are
+    out (n_q, d_v).  Query i sees the keys of its window, i + left_offset <= j < i + 1 +
+    offset, and the sinks j < sinks below its right edge (``_constants``); the scores are
     (q_factor · q) · k, scaled by log2_scale > 0 inside the softmax, all computed in
     ``dtype``.  q, k, v are of that type, or the uint16 bits of the 16-bit format fmt
     (a literal), widened as the tiles are filled: Qᵀ and the V tile as they are copied,
     each key tile into a scratch tile that qk_tile reads (a float k is read in place).
     out is of that type (out_fmt AS_IS) or the uint16 bits of the 16-bit format out_fmt,
-    each row rounded as it is stored (``narrow``)."""
+    each row rounded as it is stored (``narrow``).
+
+    The keys are walked in two runs, each a range of key tiles with, per query, a range
+    of keys [lo, hi) whose ends never decrease from query to query: the sinks, for the
+    queries whose window starts after them, then the windows (from key 0 for a query
+    whose window starts within the sinks).  No key tile outside them is visited: a
+    window of w keys costs O(tile_rows · (w + tile_rows + sinks)), not O(tile_rows · n_k)."""
     n_q, d = q.shape
     n_k, d_v = v.shape
     n_rows = min(tile_rows, n_q - i0)
@@ -294,7 +324,9 @@ def attend_query_tile(q, k, v, out, i0, tile_rows, offset, q_factor, log2_scale,
     k_tile = aligned_empty(TILE_K if fmt else 0, d, dtype)  # 16-bit keys, widened
     state = aligned_empty(5, rows, dtype)
     m, l, alpha, m_new, shift = state[0], state[1], state[2], state[3], state[4]
-    visible = np.empty(rows, np.int64)
+    window_lo, window_hi, sinks_hi = np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(rows, np.int64)
+    sinks_lo = np.zeros(rows, np.int64)  # every query's sinks start at key 0
+    first, visible = np.empty(rows, np.int64), np.empty(rows, np.int64)
     qt[:] = 0
     ot[:] = 0
     v_tile[:] = 0
@@ -304,26 +336,40 @@ def attend_query_tile(q, k, v, out, i0, tile_rows, offset, q_factor, log2_scale,
     for r in range(n_rows):
         for c in range(d):
             qt[c, r] = widen(q[i0 + r, c], fmt) * q_factor
-    # Key tiles past the last row's horizon are never visited (causal skipping).
-    keys_seen_by_last = min(n_k, max(0, i0 + n_rows + offset))
-    for j0 in range(0, keys_seen_by_last, TILE_K):
-        n_valid = min(TILE_K, n_k - j0)
-        # Padding rows past n_q follow the same formula, which keeps visible sorted.
-        for r in range(rows):
-            visible[r] = min(n_valid, max(0, i0 + r + 1 + offset - j0))
-        keys = visible[rows - 1]
-        # the panels from `start` on: the first that sees a key of this tile and after
-        # (qk_tile skips the others by itself)
-        start = min(rows, max(0, j0 - offset - i0)) // panel * panel
-        keys_read, first_key = rows_in_compute_type(k, j0, keys, k_tile, fmt)
-        qk_tile(qt, keys_read, first_key, visible, st)
-        if visible[0] < keys:
-            mask_causal(st, visible, keys, start)
-        online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift)
-        # The copy's padding columns (zeros) let the last register block of value
-        # columns read whole rows, even when d_v is not a multiple of BLOCK_ROWS.
-        widen_rows(v, j0, keys, v_tile, fmt)
-        pv_tile(st, v_tile, visible, start, alpha, ot)
+    # Padding rows past n_q follow the same formulas, which keeps every range sorted.
+    for r in range(rows):
+        window_hi[r] = min(n_k, max(0, i0 + r + 1 + offset))
+        lo = min(n_k, max(0, i0 + r + left_offset))
+        after_sinks = lo > sinks
+        window_lo[r] = lo if after_sinks else 0
+        sinks_hi[r] = min(sinks, window_hi[r]) if after_sinks else 0
+    last = n_rows - 1
+    for run in range(2):
+        if run == 0:  # the sinks of the queries whose window starts after them
+            lo_run, hi_run, j_begin, j_end = sinks_lo, sinks_hi, 0, sinks_hi[last]
+        else:
+            lo_run, hi_run, j_begin, j_end = window_lo, window_hi, window_lo[0], window_hi[last]
+        for j0 in range(j_begin, j_end, TILE_K):
+            n_valid = min(TILE_K, j_end - j0)
+            for r in range(rows):
+                first[r] = min(n_valid, max(0, lo_run[r] - j0))
+                visible[r] = min(n_valid, max(0, hi_run[r] - j0))
+            keys = visible[rows - 1]
+            # the panels from `start` on: the first that sees a key of this tile and after
+            # (qk_tile skips the others by itself)
+            seeing = 0
+            while visible[seeing] == 0:
+                seeing += 1
+            start = seeing // panel * panel
+            keys_read, first_key = rows_in_compute_type(k, j0, keys, k_tile, fmt)
+            qk_tile(qt, keys_read, first_key, first, visible, st)
+            if visible[0] < keys or first[rows - 1] > 0:
+                mask_band(st, first, visible, keys, start)
+            online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift)
+            # The copy's padding columns (zeros) let the last register block of value
+            # columns read whole rows, even when d_v is not a multiple of BLOCK_ROWS.
+            widen_rows(v, j0, keys, v_tile, fmt)
+            pv_tile(st, v_tile, first, visible, start, alpha, ot)
     for r in range(n_rows):
         # A row that sees no key has O = 0 and gets zeros; one whose scores
         # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
@@ -339,7 +385,9 @@ def attend_query_tile(q, k, v, out, i0, tile_rows, offset, q_factor, log2_scale,
 CALL = np.dtype([
     ("q", np.intp), ("k", np.intp), ("v", np.intp), ("out", np.intp),
     ("heads", np.int64), ("n_q", np.int64), ("n_k", np.int64), ("d", np.int64), ("d_v", np.int64),
-    ("kv_heads", np.int64), ("kv_rows", np.int64), ("group", np.int64), ("n_query_tiles", np.int64), ("offset", np.int64), ("q_factor", np.float64), ("log2_scale", np.float64),
+    ("kv_heads", np.int64), ("kv_rows", np.int64), ("group", np.int64), ("n_query_tiles", np.int64),
+    ("offset", np.int64), ("left_offset", np.int64), ("sinks", np.int64), ("q_factor", np.float64),
+    ("log2_scale", np.float64),
 ])
 
 
@@ -363,12 +411,13 @@ def query_tile_task(dtype, out_dtype):
         head, tile = task_order(task, call.heads, call.n_query_tiles)
         kv_head = head // call.group
         attend_query_tile(q[head], k[kv_head, :call.n_k], v[kv_head, :call.n_k], out[head], tile * tile_rows,
-                          tile_rows, call.offset, real(call.q_factor), real(call.log2_scale), real, fmt, out_fmt)
+                          tile_rows, call.offset, call.left_offset, call.sinks, real(call.q_factor),
+                          real(call.log2_scale), real, fmt, out_fmt)
 
     return query_tile
 
 
-def run(q, k, v, out, causal, scale):
+def run(q, k, v, out, causal, scale, band=None):
     """q (B, n_q, d) C-contiguous, k (B_kv, n_k, d), v (B_kv, n_k, d_v) with B_kv dividing B
     (grouped-query attention: query head h reads K/V head h // (B / B_kv)) and C-contiguous
     rows, heads any whole number of rows apart (``api.kv_layout``: a KV cache's spare
@@ -376,22 +425,27 @@ def run(q, k, v, out, causal, scale):
     out (B, n_q, d_v) C-contiguous, of its compute type or, for 16-bit inputs, of their
     own type, each row rounded to nearest even as it is stored.  Writes every element of
     out.  Up to SPLIT_KV_MAX_ROWS queries per query head (decoding) take the split-KV
-    path, which reads each K/V head once for its whole group.  16-bit inputs and outputs
-    go to compiled code as their bits (uint16 views)."""
+    path, which reads each K/V head once for its whole group, unless the band has a
+    window (the query tiles skip the keys outside it).  band: the keys each query sees
+    (``kernels.band``; None: full, or causal).  16-bit inputs and outputs go to compiled
+    code as their bits (uint16 views)."""
+    band = band or Band.of(causal)
     dtype = q.dtype
     stored, _, fmt = input_format(dtype)
     k, v, kv_rows = kv_layout(k, v)
     q, k, v = (a.view(stored) for a in (q, k, v))
     heads, n_q, d = q.shape
     kv_heads, n_k, d_v = v.shape
-    offset, q_factor, log2_scale = _constants(n_q, n_k, causal, scale)
-    if n_q <= SPLIT_KV_MAX_ROWS:
+    offset, left_offset, q_factor, log2_scale = _constants(n_q, n_k, band, scale)
+    if n_q <= SPLIT_KV_MAX_ROWS and not band.windowed:
         rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype)
         return
     n_query_tiles = -(-n_q // query_tile_rows(fmt))
     call = np.array([(*map(address, (q, k, v, out)), heads, n_q, n_k, d, d_v, kv_heads, kv_rows,
-                      heads // kv_heads, n_query_tiles, offset, q_factor, log2_scale)], CALL)
-    parallel_for(heads * n_query_tiles, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
+                      heads // kv_heads, n_query_tiles, offset, left_offset, band.sinks, q_factor, log2_scale)],
+                    CALL)
+    seen = float(band.seen_keys(n_q, n_k).sum())  # the band's scores, n_q · n_k when full
+    parallel_for(heads * n_query_tiles, threads_for(2.0 * heads * seen * (d + d_v)),
                  query_tile_task(dtype, out.dtype), call)
 
 
@@ -426,7 +480,7 @@ def _run_scaled(fmt, q, k, k_scales, v, v_scales, out, causal, scale):
             out, causal, scale)
         return
     kv_rows = _scaled_layout(k, k_scales, v, v_scales)
-    offset, q_factor, log2_scale = _constants(q.shape[1], k.shape[1], causal, scale)
+    offset, _, q_factor, log2_scale = _constants(q.shape[1], k.shape[1], Band.of(causal), scale)
     rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, q.dtype, k_scales, v_scales)
 
 
@@ -443,11 +497,13 @@ def _scaled_layout(k, k_scales, v, v_scales):
     return kv_rows
 
 
-def _constants(n_q, n_k, causal, scale):
-    """(offset, q_factor, log2_scale): query i sees keys j < i + 1 + offset; the running max
+def _constants(n_q, n_k, band, scale):
+    """(offset, left_offset, q_factor, log2_scale): query i sees keys i + left_offset <= j <
+    i + 1 + offset of its window (the band's sinks besides); the running max
     is taken over unscaled scores, so the sign of the scale moves (exactly) into q: -1, or 0
     for scale = 0, which makes every score 0 (NaN where an input is not finite) while
     log2_scale stays positive, so that a masked score (-inf) still weighs exp(-inf) = 0
     rather than exp(-inf · 0) = NaN."""
-    offset = n_k - n_q if causal else n_k
-    return offset, np.sign(scale), abs(scale) * LOG2_E if scale != 0 else 1.0
+    offset = n_k if band.right is None else n_k - n_q + band.right
+    left_offset = -UNBOUNDED if band.left is None else n_k - n_q - band.left
+    return offset, left_offset, np.sign(scale), abs(scale) * LOG2_E if scale != 0 else 1.0
