@@ -42,6 +42,21 @@ a kernel reads in place).
 The buffers are preallocated and doubled when full, so appending costs amortised O(d)
 per token and a head's cached rows stay one strided view, which ``numba_tiled`` and
 ``c_tiled`` read in place (``api.kv_layout``); the other kernels copy it.
+
+A bounded cache (``window=W, sinks=S``; StreamingLLM's, Xiao et al. 2023) attends to less
+instead: it keeps the first S tokens (the attention sinks, which soak up the weight a
+softmax must put somewhere) and the newest W, in S + W rows that never grow, the newest W
+in a ring (token p >= S in row S + (p - S) % W), so that a step reads S + W rows however
+long the generation: time and memory per token are constant.  A new token's query sees
+exactly the stored rows, the band ``window=(W - 1, 0), sinks=S`` of ``kernels.attention``;
+attention needs no order among the keys (a softmax over a set), so the ring is read in
+place, every format and grouping included.  Several queries at once (a prompt's chunk)
+are attended with that band while nothing has been evicted; afterwards an earlier query
+of the chunk would need a token the later ones evicted, so only one query a step is
+taken.  Positions: our kernels take no positional encoding; a model with rotary
+embeddings would rotate each key by its position within the cache, not in the text
+(StreamingLLM re-indexes them so: the sinks 0..S-1, then the ring's tokens in order),
+which ``positions`` (the text position of every stored row) lets a caller do.
 """
 import numbers
 
@@ -68,17 +83,31 @@ class KVCache:
     ``value_scales`` (kv_heads, n) hold the scales; for int4, (kv_heads, n, ceil(head_dim
     / 2)) bytes of two codes each and scales (kv_heads, n, groups)); ``dequantised()``
     gives them back in ``dtype``.
+
+    ``window`` (an int >= 1) and ``sinks`` (default 0): a bounded cache (module docstring),
+    its capacity fixed at sinks + window rows; ``len(cache)`` is then the tokens stored,
+    ``seen`` those appended, ``evicted`` the difference, and ``positions`` the text
+    position of each stored row (the ring's rows are not in order).
     """
 
     def __init__(self, heads, head_dim, *, dtype=np.float32, capacity=None, head_dim_v=None,
-                 kv_heads=None, cache_dtype=None):
+                 kv_heads=None, cache_dtype=None, window=None, sinks=0):
         head_dim_v = head_dim if head_dim_v is None else head_dim_v
-        capacity = INITIAL_CAPACITY if capacity is None else capacity
         kv_heads = heads if kv_heads is None else kv_heads
-        for name, value in (("heads", heads), ("head_dim", head_dim), ("head_dim_v", head_dim_v),
-                            ("capacity", capacity), ("kv_heads", kv_heads)):
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if window is None and sinks:
+            raise ValueError(f"sinks = {sinks!r} needs a window: the sinks are what a bounded cache "
+                             f"keeps besides its newest `window` tokens (KVCache(..., window=W, sinks=S))")
+        if window is not None and capacity is not None:
+            raise ValueError(f"a bounded cache's capacity is sinks + window ({sinks!r} + {window!r}); "
+                             f"give window and sinks, or capacity, not both")
+        for name, value, least in (("heads", heads, 1), ("head_dim", head_dim, 1), ("head_dim_v", head_dim_v, 1),
+                                   ("capacity", capacity, 1), ("kv_heads", kv_heads, 1),
+                                   ("window", window, 1), ("sinks", sinks, 0)):
+            if value is None and name in ("capacity", "window"):
+                continue
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+                kind = " positive integer" if least else "n integer >= 0"
+                raise ValueError(f"{name} must be a{kind}, got {value!r}")
         if heads % kv_heads:
             raise ValueError(f"kv_heads = {kv_heads} must divide heads = {heads} "
                              f"(each K/V head serves heads / kv_heads query heads)")
@@ -89,7 +118,11 @@ class KVCache:
                              f"{', '.join(NARROW)} are for float32 caches, got {self.format.name!r}")
         self.heads, self.kv_heads = int(heads), int(kv_heads)
         self.head_dim, self.head_dim_v = int(head_dim), int(head_dim_v)
-        self._length = 0
+        self.window, self.sinks = (None, 0) if window is None else (int(window), int(sinks))
+        self._length = 0   # rows stored
+        self._seen = 0     # tokens appended
+        if capacity is None:
+            capacity = INITIAL_CAPACITY if window is None else self.sinks + self.window
         self._buffers = self._allocate(int(capacity))
 
     def __len__(self):
@@ -99,8 +132,36 @@ class KVCache:
         values = "" if self.head_dim_v == self.head_dim else f", head_dim_v={self.head_dim_v}"
         kv_heads = "" if self.kv_heads == self.heads else f", kv_heads={self.kv_heads}"
         stored = "" if self.format.name == self.dtype.name else f", cache_dtype={self.format.name}"
+        bounded = f", window={self.window}, sinks={self.sinks}, seen={self._seen}" if self.bounded else ""
         return (f"KVCache(heads={self.heads}{kv_heads}, head_dim={self.head_dim}{values}, dtype={self.dtype}"
-                f"{stored}, tokens={self._length}, capacity={self.capacity})")
+                f"{stored}{bounded}, tokens={self._length}, capacity={self.capacity})")
+
+    @property
+    def bounded(self):
+        """Whether the cache keeps its sinks and newest ``window`` tokens only."""
+        return self.window is not None
+
+    @property
+    def seen(self):
+        """Tokens appended so far (``len(cache)`` of them are stored)."""
+        return self._seen
+
+    @property
+    def evicted(self):
+        """Tokens appended and no longer stored (0 for an unbounded cache)."""
+        return self._seen - self._length
+
+    @property
+    def positions(self):
+        """int64 (len(cache),): the text position (0-based, in append order) of the token in
+        each stored row; 0, 1, ..., n - 1 for an unbounded cache.  In a bounded cache the
+        ring's row S + m holds the latest token p = S + m (mod window) appended."""
+        rows = np.arange(self._length, dtype=np.int64)
+        if not self.evicted:
+            return rows
+        ring = rows[self.sinks:] - self.sinks
+        rows[self.sinks:] += (self._seen - 1 - self.sinks - ring) // self.window * self.window
+        return rows
 
     @property
     def capacity(self):
@@ -158,6 +219,9 @@ class KVCache:
         if k.shape[1] != v.shape[1]:
             raise ValueError(f"k and v must hold the same number of new tokens, got k {k.shape}, v {v.shape}")
         (k_codes, k_scales), (v_codes, v_scales) = self.format.encode(k), self.format.encode(v)
+        if self.bounded:
+            self._append_bounded((k_codes, v_codes, k_scales, v_scales))
+            return
         start, stop = self._length, self._length + k.shape[1]
         if stop > self.capacity:
             buffers = self._allocate(max(stop, 2 * self.capacity))
@@ -166,13 +230,29 @@ class KVCache:
             self._buffers = buffers
         for buffer, rows in zip(self._buffers, (k_codes, v_codes, k_scales, v_scales)):
             buffer[:, start:stop] = rows
-        self._length = stop
+        self._length = self._seen = stop
+
+    def _append_bounded(self, encoded):
+        """Store t encoded tokens (keys, values and their scales or None, (kv_heads, t, ·)) in
+        a bounded cache: the sinks' rows while they are not full, then the ring, of which
+        only the newest window tokens survive (so each row is written once).  O(t · d)."""
+        t = encoded[0].shape[1]
+        position = self._seen + np.arange(t)
+        kept = (position < self.sinks) | (position >= self._seen + t - self.window)
+        position = position[kept]
+        rows = np.where(position < self.sinks, position, self.sinks + (position - self.sinks) % self.window)
+        for buffer, stored in zip(self._buffers, encoded):   # scales: for a scaled format only
+            buffer[:, rows] = stored[:, kept]
+        self._seen += t
+        self._length = min(self._seen, self.capacity)
 
     def attend(self, q, *, kernel="c_tiled", scale=None):
         """The new queries' attention over every cached token: q (heads, t_q, head_dim) of
         ``dtype`` -> (heads, t_q, head_dim_v) of ``dtype``, causal and aligned bottom-right,
         so that the last query is the newest token and sees them all (query i sees keys
-        j <= i + n - t_q).  A peer that keeps this format in its own layout encodes it first,
+        j <= i + n - t_q).  A bounded cache's queries see the band window=(window - 1, 0),
+        sinks=sinks (its stored rows, for the newest token); after an eviction it takes one
+        query a step only (ValueError otherwise: the module docstring says why).  A peer that keeps this format in its own layout encodes it first,
         every call (``decoder`` encodes once).  ValueError on an empty cache, or for a kernel
         that does not take the cache's format (a peer, which says why), TypeError or
         ValueError for a q of another dtype or shape; the other checks and errors are
@@ -182,20 +262,21 @@ class KVCache:
                              "(cache.append(k, v)) before attend")
         record = get_kernel(kernel)
         self._check("q", q, self.heads, self.head_dim)
-        if self.format.name in record.own_caches:
+        band = self._band(q)
+        if self.format.name in record.own_caches and not band:
             return self.decoder(kernel, scale=scale)(q)
         if self.format.name == self.dtype.name:
-            return attention(q, self.keys, self.values, kernel=kernel, causal=True, scale=scale)
+            return attention(q, self.keys, self.values, kernel=kernel, causal=True, scale=scale, **band)
         if not self.format.scaled:  # 16-bit: the kernels' 16-bit path, float32 out
             stored = self.format.dtype
             return attention_unrounded(q.astype(stored), self.keys, self.values, kernel=kernel, causal=True,
-                                       scale=scale)
+                                       scale=scale, **band)
         refusal = record.cache_refusal(self.format.name)
         if refusal:
             raise ValueError(f"kernel {kernel!r} does not take this cache: {refusal}")
-        if self.format.name not in record.quantised_caches:  # ours without its path: widened first, whole
+        if self.format.name not in record.quantised_caches or band:  # widened first, whole
             keys, values = self.dequantised()
-            return attention(q, keys, values, kernel=kernel, causal=True, scale=scale)
+            return attention(q, keys, values, kernel=kernel, causal=True, scale=scale, **band)
         scale = checked_scale(scale, self.head_dim)
         if q.shape[1] == 0:
             raise ValueError(f"q must hold at least one query, got shape {q.shape}")
@@ -245,6 +326,22 @@ class KVCache:
             return out
 
         return checked_step
+
+    def _band(self, q):
+        """The band keywords of ``kernels.attention`` for the queries q (heads, t_q, ·): none
+        for an unbounded cache, or a single query (the newest token sees every stored row),
+        or while no query's window has yet passed a token; window=(W - 1, 0), sinks=S while
+        nothing has been evicted; ValueError afterwards, for several queries."""
+        t_q = q.shape[1]
+        if not self.bounded or t_q == 1 or self._seen <= self.window:
+            return {}
+        if self.evicted:
+            raise ValueError(
+                f"this bounded cache has evicted {self.evicted:,} tokens, which {t_q} queries at once "
+                f"would need (each query sees its own {self.window} newest tokens): attend one query a "
+                f"step, or a chunk's own keys with kernels.attention(q, k, v, "
+                f"window=({self.window - 1}, 0), sinks={self.sinks})")
+        return dict(window=(self.window - 1, 0), sinks=self.sinks)
 
     def _token_bytes(self):
         return self.format.row_bytes(self.head_dim) + self.format.row_bytes(self.head_dim_v)
