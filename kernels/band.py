@@ -95,6 +95,16 @@ class Band:
         sinks = np.maximum(np.minimum(self.sinks, np.minimum(hi, lo)), 0)
         return window + sinks
 
+    def library_form(self, n_q, n_k):
+        """How a library that takes a causal flag (aligned top-left, as PyTorch's
+        ``is_causal``) and a boolean mask is given this band: "none" when every query sees
+        every key, "causal" for causal attention of a square call, else "mask" (``mask``:
+        n_q × n_k, O(n²) memory and time, whatever the band saves).  O(n_q)."""
+        lo, hi = self.rows(n_q, n_k)
+        if not lo.any() and (hi == n_k).all():
+            return "none"
+        return "causal" if self == CAUSAL and n_q == n_k else "mask"
+
     def describe(self):
         """A short name: "full", "causal", "window (128, 0) + 4 sinks", ..."""
         if self.full:

@@ -81,6 +81,7 @@ class Kernel:
     honours_budget: bool = True       # False: it sizes its own threads, whatever the budget
     windows: bool = False             # takes any band (window, sinks: run(..., band=)), not
                                       # only full and causal attention
+    window_form: str = ""             # how: what a window saves it (the report says it)
 
     @property
     def implementation(self):
@@ -154,6 +155,7 @@ def _build():
             "O(n) per query row",
             "kernels.rungs.rung1_naive",
             windows=True,
+            window_form="loops over the keys each query sees",
             max_scores=256 * 256,
             contiguous=False,
         ),
@@ -163,6 +165,7 @@ def _build():
             "O(n²)",
             "kernels.rungs.rung2_numpy",
             windows=True,
+            window_form="masks its n×n scores: O(n²) whatever the window",
             materialises=True,
             contiguous=False,
             widens_inputs=True,
@@ -173,6 +176,7 @@ def _build():
             "O(n·d)",
             "kernels.rungs.rung3_numba_tiled",
             windows=True,
+            window_form="skips the key tiles outside the band: O(n·window)",
             strided_kv=True,
             quantised_caches=("int8", "int4"),
             writes_half=True,
@@ -208,25 +212,29 @@ def _peers():
     return [
         (Kernel("torch_sdpa", "external peer: PyTorch's scaled_dot_product_attention on the CPU",
                 "O(n·d)", "kernels.peers.torch_sdpa", external=True, dtypes=float_types.NAMES, **probed,
-                threading="torch.set_num_threads(budget)"), ["torch"]),
+                threading="torch.set_num_threads(budget)",
+                windows=True, window_form="an explicit n×n attn_mask: O(n²)"), ["torch"]),
         (Kernel("onnxruntime_attention", "external peer: ONNX Runtime's Attention operator (opset 23), CPU provider",
                 "O(n·d)", "kernels.peers.onnxruntime_attention", external=True, dtypes=("float32", "float16"),
                 **probed,
                 dtype_note="it accepts float64 but computes it at float32 precision (errors ~5e-8); "
                            "for bfloat16 its CPU provider has no kernel (NOT_IMPLEMENTED)",
                 threading="session intra_op_num_threads = budget",
+                windows=True, window_form="an explicit n×n mask (the Attention operator has no window): O(n²)",
                 own_caches=("float16", "int8")),
          ["onnxruntime", "onnx"]),
         (Kernel("openvino_sdpa", "external peer: OpenVINO's ScaledDotProductAttention (opset 13), CPU plugin",
                 "O(n·d)", "kernels.peers.openvino_sdpa", external=True, **float32_and_half,
                 dtype_note="its CPU plugin computes float64 inputs in float32 (errors ~6e-7)",
-                threading="INFERENCE_NUM_THREADS = budget", own_caches=("int8", "float16", "float32")),
+                threading="INFERENCE_NUM_THREADS = budget", own_caches=("int8", "float16", "float32"),
+                windows=True, window_form="an explicit n×n attention mask: O(n²)"),
          ["openvino"]),
         (Kernel("jax_attention", "external peer: JAX's dot_product_attention, compiled by XLA for the CPU",
                 "O(n²)", "kernels.peers.jax_attention", external=True, materialises=True, **float32_and_half,
                 dtype_note="it computes float64 scores in float32 (errors ~1e-7)",
                 threading="XLA's own CPU thread pool, sized when JAX starts: the budget is not honoured",
-                honours_budget=False),
+                honours_budget=False, windows=True,
+                window_form="local_window_size (square, no sinks), else an explicit n×n mask"),
          ["jax"]),
         (Kernel("ggml_flash_attn", "external peer: ggml's flash_attn_ext (llama.cpp's attention), CPU backend",
                 "O(n²) (a causal call's mask)", "kernels.peers.ggml_flash_attn", external=True, materialises=True,
@@ -235,6 +243,7 @@ def _peers():
                            "attention the sum stops at 2,048 weights (8,192 keys of value 1 give 0.25-0.5); "
                            "it has no float64",
                 threading="ggml_graph_compute n_threads = budget (an OpenMP team)",
+                windows=True, window_form="its float16 n×n mask: O(n²)",
                 own_caches=("float32", "bfloat16", "int8", "int4")),
          ["ggml"]),
     ]

@@ -114,6 +114,7 @@ import numpy as np
 
 import ggml
 
+from ..band import CAUSAL, Band
 from ..threads import budget
 
 # cache format -> ggml's type for it
@@ -170,9 +171,9 @@ def _array(tensor, dtype, shape):
     return np.frombuffer(memory, dtype).reshape(shape)
 
 
-def _causal_mask(n, t):
-    """ggml's float16 mask (t, n): 0 where query i sees key j (j <= i + n - t), else -inf."""
-    return np.where(np.tri(t, n, k=n - t, dtype=bool), np.float16(0), np.float16(-np.inf))
+def _float_mask(seen):
+    """ggml's float16 mask of a boolean (t, n) one: 0 where query i sees key j, else -inf."""
+    return np.where(seen, np.float16(0), np.float16(-np.inf))
 
 
 def _compute(graph):
@@ -192,17 +193,20 @@ def _wrap(context, array, ggml_type, *ne):
     return tensor
 
 
-def run(q, k, v, out, causal, scale):
+def run(q, k, v, out, causal, scale, band=None):
+    """band: a window and sinks (``kernels.band``; None: full, or causal), as ggml's float16
+    n_q × n_k mask (a causal call's too: ggml has no causal flag)."""
+    band = band or Band.of(causal)
     (batch, n_q, d), (batch_kv, n_k), d_v = q.shape, k.shape[:2], v.shape[2]
     kv_type = _RUN_TYPES[k.dtype.name]
     q32 = np.ascontiguousarray(q, np.float32)  # ggml takes q in float32 only (bfloat16: widened, exact)
-    masked = causal and n_q > 1  # a single query row sees every key
+    masked = band.library_form(n_q, n_k) != "none"
     result = np.empty((n_q, batch, d_v), np.float32)  # ggml's output order (permuted)
     # headers only (q, k, v, mask, result): their data is NumPy's
     context = _Context(_context_size(0, 0, 0, 0, 0, graph_nodes=GRAPH_SIZE), no_alloc=True)
     tensors = [_wrap(context, q32, ggml.GGML_TYPE_F32, d, n_q, batch),
                _wrap(context, k, kv_type, d, n_k, batch_kv), _wrap(context, v, kv_type, d_v, n_k, batch_kv)]
-    allowed = _causal_mask(n_k, n_q) if masked else None  # held here until the graph has run
+    allowed = _float_mask(band.mask(n_q, n_k)) if masked else None  # held here until the graph has run
     mask = _wrap(context, allowed, ggml.GGML_TYPE_F16, n_k, n_q) if masked else None
     node = ggml.ggml_flash_attn_ext(context.pointer, *tensors, mask, float(scale), 0.0, 0.0)
     node.contents.data = result.ctypes.data
@@ -213,10 +217,11 @@ def run(q, k, v, out, causal, scale):
     out[...] = result.transpose(1, 0, 2)  # rows seeing no key (n_q > n_k) came out 0
 
 
-def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):
-    """The float16 causal mask ggml reads (n_q × n_k; none for one query row), ggml's output
-    before it is put in our order, and q widened to float32 (bfloat16 inputs)."""
-    mask = 2 * n_q * n_k if causal and n_q > 1 else 0
+def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, masked):
+    """The float16 mask ggml reads (n_q × n_k) of a masked call, the boolean one it is made
+    from, ggml's output before it is put in our order, and q widened to float32 (bfloat16
+    inputs)."""
+    mask = 3 * n_q * n_k if masked else 0
     return mask + 4 * batch * n_q * (d_v + d)
 
 
@@ -263,7 +268,7 @@ def _decoder(ggml_type, keys, values, heads, scale):
         q = context.tensor(ggml.GGML_TYPE_F32, d, t, heads)
         mask = context.tensor(ggml.GGML_TYPE_F16, n, t) if masked else None
         if masked:
-            _array(mask, np.float16, (t, n))[...] = _causal_mask(n, t)
+            _array(mask, np.float16, (t, n))[...] = _float_mask(CAUSAL.mask(t, n))
         node = ggml.ggml_flash_attn_ext(context.pointer, q, cache.k, cache.v, mask, scale, 0.0, 0.0)
         ggml.ggml_flash_attn_ext_set_prec(node, ggml.GGML_PREC_F32)
         cgraph = ggml.ggml_new_graph_custom(context.pointer, GRAPH_SIZE, False)

@@ -65,11 +65,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..reference import first_seeing_row
+from ..band import Band
 
 
-def _attend(causal, square, scale):
-    """(q, k, v) (B, n, d) -> (B, n_q, d_v) for one causal form and scale, not compiled."""
+def _attend(band, scale):
+    """(q, k, v) (B, n, d) -> (B, n_q, d_v) for one band and scale, not compiled.  The band
+    as its users give it: is_causal for square causal attention, local_window_size for a
+    square window without sinks, else an explicit n_q × n_k mask (the shapes are static
+    under jit: the mask is a constant of the compiled function)."""
 
     def attend(q, k, v):
         n_q, n_k, d, d_v = q.shape[1], k.shape[1], q.shape[2], v.shape[2]
@@ -77,24 +80,27 @@ def _attend(causal, square, scale):
         width = [(0, 0), (0, 0), (0, max(d, d_v) - d)]
         q, k = jnp.pad(q, width), jnp.pad(k, width)
         v = jnp.pad(v, [(0, 0), (0, 0), (0, max(d, d_v) - d_v)])
-        mask = None
-        if causal and not square:
-            mask = jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None] + (n_k - n_q)
+        form, options = band.library_form(n_q, n_k), {}
+        if form == "causal":
+            options["is_causal"] = True
+        elif form == "mask" and band.windowed and not band.sinks and n_q == n_k:
+            options["local_window_size"] = (band.left, n_k if band.right is None else band.right)
+        elif form == "mask":
+            options["mask"] = band.mask(n_q, n_k)
         heads_last = [jnp.swapaxes(x, 0, 1)[None] for x in (q, k, v)]
-        y = jax.nn.dot_product_attention(*heads_last, mask=mask, scale=scale,
-                                         is_causal=causal and square)
+        y = jax.nn.dot_product_attention(*heads_last, scale=scale, **options)
         return jnp.swapaxes(y[0], 0, 1)[:, :, :d_v]
 
     return attend
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled(causal, square, scale):
-    """jit of ``_attend``: one compiled function per causal form and scale."""
-    return jax.jit(_attend(causal, square, scale))
+def _compiled(band, scale):
+    """jit of ``_attend``: one compiled function per band and scale."""
+    return jax.jit(_attend(band, scale))
 
 
-_EAGER = set()  # (shapes, causal form, scale) of bfloat16 calls XLA's CPU compiler rejected
+_EAGER = set()  # (shapes, band, scale) of bfloat16 calls XLA's CPU compiler rejected
 
 
 def _unsupported_dot(error):
@@ -103,11 +109,12 @@ def _unsupported_dot(error):
     return "not supported" in str(error) and "_F32" in str(error)
 
 
-def run(q, k, v, out, causal, scale):
+def run(q, k, v, out, causal, scale, band=None):
+    """band: a window and sinks (``kernels.band``; None: full, or causal)."""
+    band = band or Band.of(causal)
     n_q, n_k = q.shape[1], k.shape[1]
-    first = first_seeing_row(n_q, n_k, causal)
-    causal = causal and n_q > 1  # one query row sees every key: no mask at all
-    form = (causal, n_q == n_k, scale)
+    first = band.first_row(n_q, n_k)
+    form = (band, scale)
     key = (q.shape, k.shape, v.shape) + form
     if q.dtype == np.float16 or key in _EAGER:
         # not traced: dot_product_attention's own fallback to the default dot precision runs

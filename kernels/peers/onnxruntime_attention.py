@@ -103,7 +103,7 @@ import onnx
 import onnxruntime
 from onnx import TensorProto, helper
 
-from ..reference import causal_mask, first_seeing_row
+from ..band import Band
 from ..threads import budget
 
 OPSET = 23  # the first opset with the Attention operator
@@ -156,16 +156,19 @@ def _rows(array, shape):
     return view
 
 
-def run(q, k, v, out, causal, scale):
+def run(q, k, v, out, causal, scale, band=None):
+    """band: a window and sinks (``kernels.band``; None: full, or causal), as an explicit
+    n_q × n_k mask where the operator's top-left is_causal does not say it."""
+    band = band or Band.of(causal)
     (batch, n_q, d), (batch_kv, n_k) = q.shape, k.shape[:2]
     group = batch // batch_kv
-    first = first_seeing_row(n_q, n_k, causal)
-    causal = causal and n_q > 1  # one query row sees every key: no mask at all
-    is_causal, masked = causal and n_q == n_k, causal and n_q != n_k
+    first = band.first_row(n_q, n_k)
+    form = band.library_form(n_q, n_k)
+    is_causal, masked = form == "causal", form == "mask"
     # float16: its own output, widened into out afterwards
     y = out if q.dtype == out.dtype else np.empty(out.shape, q.dtype)
     result = y
-    if group > 1 and not causal and group * n_q <= FOLD_ROWS:
+    if group > 1 and form == "none" and group * n_q <= FOLD_ROWS:
         # the g query heads of each K/V head as g·n_q rows of one head (views of q and y)
         q, y = _rows(q, (batch_kv, group * n_q, d)), _rows(y, (batch_kv, group * n_q, out.shape[2]))
     session = _session(scale, is_causal, masked, q.dtype.name, budget())
@@ -174,7 +177,7 @@ def run(q, k, v, out, causal, scale):
     for name, array in (("q", q), ("k", k), ("v", v)):
         binding.bind_ortvalue_input(name, wrap(array[None]))
     if masked:
-        binding.bind_ortvalue_input("mask", wrap(causal_mask(n_q, n_k)))
+        binding.bind_ortvalue_input("mask", wrap(band.mask(n_q, n_k)))
     binding.bind_ortvalue_output("y", wrap(y[None]))
     session.run_with_iobinding(binding)
     if result is not out:

@@ -117,7 +117,7 @@ import openvino
 import openvino.opset13 as ops
 from openvino.op.util import Variable, VariableInfo
 
-from ..reference import causal_mask, first_seeing_row
+from ..band import FULL, Band
 from ..threads import budget
 
 _CORE = openvino.Core()
@@ -140,7 +140,7 @@ def _scale_constant(scale, element_type, dtype):
 
 
 @functools.lru_cache(maxsize=8)
-def _request(shape_q, shape_k, shape_v, dtype_name, scale, causal, threads):
+def _request(shape_q, shape_k, shape_v, dtype_name, scale, band, threads):
     """(infer request, its lock) for q, k, v of these (..., n, d) shapes (their batch
     dimensions equal or broadcastable) and dtype -> (..., n_q, d_v) of that dtype.  A
     request runs one inference at a time (concurrent use fails or corrupts memory), so
@@ -150,20 +150,17 @@ def _request(shape_q, shape_k, shape_v, dtype_name, scale, causal, threads):
     q, k, v = (ops.parameter(shape, element_type, name=name)
                for name, shape in (("q", shape_q), ("k", shape_k), ("v", shape_v)))
     n_q, n_k = shape_q[-2], shape_k[-2]
+    form = band.library_form(n_q, n_k)   # a band other than (square) causal: a mask
+    is_causal = form == "causal"
     if element_type == openvino.Type.f32:
-        if causal and n_q != n_k:
-            mask, is_causal = ops.constant(causal_mask(n_q, n_k)), False
-        else:
-            # a mask must come before the scale input: a zero bias, ignored when causal
-            mask, is_causal = ops.constant(np.float32(0.0)), causal
+        # a mask must come before the scale input: a zero bias where there is none
+        mask = ops.constant(band.mask(n_q, n_k) if form == "mask" else np.float32(0.0))
         inputs = [q, k, v, mask, _scale_constant(scale, element_type, None)]
     else:
         # half: the mask boolean (a float mask would have to be of q's type: its -inf is
         # fine, but booleans say it plainly); the scale always given, rounded to nearest
         # by NumPy (left out, the plugin computes 1/√d in the half type itself, worse)
-        bottom_right = causal and n_q != n_k
-        mask = ops.constant(causal_mask(n_q, n_k) if bottom_right else np.array(True))
-        is_causal = causal and not bottom_right
+        mask = ops.constant(band.mask(n_q, n_k) if form == "mask" else np.array(True))
         inputs = [q, k, v, mask, _scale_constant(scale, element_type, np.dtype(dtype_name))]
     node = ops.scaled_dot_product_attention(*inputs, causal=is_causal)
     model = openvino.Model([node], [q, k, v], "attention")
@@ -196,22 +193,26 @@ def _shaped(array, shape):
     return view
 
 
-def run(q, k, v, out, causal, scale):
+def run(q, k, v, out, causal, scale, band=None):
+    """band: a window and sinks (``kernels.band``; None: full, or causal), as an explicit
+    n_q × n_k mask where the operator's top-left causal flag does not say it."""
+    band = band or Band.of(causal)
     element_type, _ = _TYPES[q.dtype.name]
     (batch, n_q, d), (batch_kv, n_k, d_v) = q.shape, v.shape
     group = batch // batch_kv
-    first = first_seeing_row(n_q, n_k, causal)
-    causal = causal and n_q > 1  # one query row sees every key: no mask at all
+    first = band.first_row(n_q, n_k)
+    if band.library_form(n_q, n_k) == "none":
+        band = FULL  # the request sees the folded shapes: nothing about them is masked
     half = None if element_type == openvino.Type.f32 else np.empty(out.shape, q.dtype)
     y = out if half is None else half
-    if group > 1 and not causal and group * n_q <= FOLD_ROWS:
+    if group > 1 and band.full and group * n_q <= FOLD_ROWS:
         # folded: the g query heads of each K/V head as g·n_q rows of one head
         q, y = _shaped(q, (batch_kv, group * n_q, d)), _shaped(y, (batch_kv, group * n_q, d_v))
     elif group > 1:
         # broadcast: (B_kv, g, ·) queries against (B_kv, 1, ·) keys and values
         q, y = _shaped(q, (batch_kv, group, n_q, d)), _shaped(y, (batch_kv, group, n_q, d_v))
         k, v = _shaped(k, (batch_kv, 1, n_k, d)), _shaped(v, (batch_kv, 1, n_k, d_v))
-    request, lock = _request(q.shape, k.shape, v.shape, q.dtype.name, scale, causal, budget())
+    request, lock = _request(q.shape, k.shape, v.shape, q.dtype.name, scale, band, budget())
     with lock:
         for index, array in enumerate((q, k, v)):
             request.set_input_tensor(index, _tensor(array, element_type))

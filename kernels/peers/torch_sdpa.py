@@ -63,7 +63,7 @@ import warnings
 import numpy as np
 import torch
 
-from ..reference import causal_mask, first_seeing_row
+from ..band import Band
 from ..threads import budget
 
 # NumPy dtype name -> (torch dtype, NumPy view dtype torch.from_numpy takes for its bits)
@@ -81,31 +81,34 @@ def _tensor(array):
 FOLD_ROWS = 256  # stacked query rows per K/V head up to which a masked causal call is folded
 
 
-def run(q, k, v, out, causal, scale):
+def run(q, k, v, out, causal, scale, band=None):
+    """band: a window and sinks (``kernels.band``; None: full, or causal), as an explicit
+    n_q × n_k attn_mask where is_causal (aligned top-left) does not say it."""
+    band = band or Band.of(causal)
     if torch.get_num_threads() != budget():  # resizing the pool is not free: only on change
         torch.set_num_threads(budget())
     (batch, n_q, d), (batch_kv, n_k) = q.shape, k.shape[:2]
     group = batch // batch_kv
-    first = first_seeing_row(n_q, n_k, causal)
-    causal = causal and n_q > 1  # one query row sees every key: no mask at all
+    first = band.first_row(n_q, n_k)
+    form = band.library_form(n_q, n_k)
     with warnings.catch_warnings():
         # read-only inputs are fine: PyTorch only reads them (out is a fresh tensor)
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         tq, tk, tv = (_tensor(a) for a in (q, k, v))
     mask, is_causal, grouped = None, False, {}
-    fold = not causal or (n_q != n_k and group * n_q <= FOLD_ROWS)
+    fold = form == "none" or (form == "mask" and group * n_q <= FOLD_ROWS)
     if fold:
         # the g query heads of each K/V head as g·n_q rows of one head (a view)
         tq = tq.view(1, batch_kv, group * n_q, d)
-        if causal:
-            mask = torch.from_numpy(np.tile(causal_mask(n_q, n_k), (group, 1)))
+        if form == "mask":
+            mask = torch.from_numpy(np.tile(band.mask(n_q, n_k), (group, 1)))
     else:
         if group > 1:
             grouped = {"enable_gqa": True}
-        if n_q == n_k:
+        if form == "causal":
             is_causal = True
         else:
-            mask = torch.from_numpy(causal_mask(n_q, n_k))
+            mask = torch.from_numpy(band.mask(n_q, n_k))
     with torch.inference_mode():
         result = torch.nn.functional.scaled_dot_product_attention(
             tq, tk, tv, attn_mask=mask, is_causal=is_causal, scale=scale, **grouped
