@@ -30,7 +30,7 @@ _PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 
 
 def multi_head_attention(x, w_q, w_k, w_v, w_o, *, heads, kernel="c_tiled", causal=False,
-                         biases=None, head_mask=None, attention_dtype=None, kv_heads=None):
+                         biases=None, head_mask=None, attention_dtype=None, kv_heads=None, window=None, sinks=0):
     """Multi-head self-attention of x (..., n, d_model) -> (..., n, d_model).
 
     w_q, w_k, w_v, w_o (d_model, d_model), applied as ``x @ w``; ``biases`` None or four
@@ -39,7 +39,8 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, *, heads, kernel="c_tiled", caus
     (d_model, kv_heads · d_head) and b_k, b_v (kv_heads · d_head,), each K/V head serving
     heads / kv_heads query heads (its projections a fraction of the size, and the kernel
     reads it once for its group);
-    ``kernel`` any registered kernel; ``causal`` as in ``kernels.attention``.
+    ``kernel`` any registered kernel; ``causal``, ``window`` and ``sinks`` as in
+    ``kernels.attention``.
     ``head_mask`` (heads,) multiplies each head's output before the output projection:
     0 silences a head (the seed's exercise 3: mask a head, see what changes).
     ``attention_dtype`` None, or "bfloat16" or "float16": q, k, v are rounded to it before
@@ -50,11 +51,11 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, *, heads, kernel="c_tiled", caus
     """
     kv_heads = _check(x, dict(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o), heads, biases, head_mask, kv_heads)
     half = attention_type(attention_dtype)
-    _check_memory(x, heads, kv_heads, kernel, causal, half)
+    _check_memory(x, heads, kv_heads, kernel, causal, half, window, sinks)
     q, k, v = _projections(x, (w_q, w_k, w_v), heads, kv_heads, biases)
     if half is not None:
         q, k, v = (a.astype(half) for a in (q, k, v))
-    heads_out = attention(q, k, v, kernel=kernel, causal=causal)     # (..., heads, n, d_head)
+    heads_out = attention(q, k, v, kernel=kernel, causal=causal, window=window, sinks=sinks)  # (..., heads, n, d_head)
     heads_out = heads_out.astype(x.dtype, copy=False)
     if head_mask is not None:
         heads_out *= np.asarray(head_mask, x.dtype)[:, None, None]
@@ -106,7 +107,7 @@ def _bias(biases, index):
     return None if biases is None else biases[index]
 
 
-def _check_memory(x, heads, kv_heads, kernel, causal, half):
+def _check_memory(x, heads, kv_heads, kernel, causal, half, window=None, sinks=0):
     """MemoryError before the projections are made if the whole call cannot fit: the
     attention's output and workspace, and six more arrays the size of x at the peak
     (q, k, v and the contiguous copies a kernel makes of them; or q, k, v, the merged
@@ -117,7 +118,7 @@ def _check_memory(x, heads, kv_heads, kernel, causal, half):
     *lead, n, d_model = x.shape
     d_head = d_model // heads
     problem = planned((*lead, heads), n, n, d_head, d_head, x.dtype if half is None else half, causal,
-                      heads // kv_heads)
+                      heads // kv_heads, window=window, sinks=sinks)
     check_resources(get_kernel(kernel), problem, (6 if half is None else 8) * x.nbytes)
 
 

@@ -162,12 +162,16 @@ def _encode(text):
     return load().tokenizer.encode(text)
 
 
-def encode(texts, *, kernel="c_tiled", dtype=np.float32, head_mask=None, attention_dtype=None):
+def encode(texts, *, kernel="c_tiled", dtype=np.float32, head_mask=None, attention_dtype=None, window=None,
+           sinks=0):
     """Sentence embeddings of ``texts`` (a str or a list of str) -> (len(texts), 384), unit
     length, as sentence-transformers computes them.  ``head_mask`` (6, 12) multiplies each
     head's output (0 removes a head: ``kernels.multi_head_attention``'s ``head_mask``).
     ``attention_dtype`` "bfloat16" or "float16": every layer's attention core in that type;
-    None: in ``dtype``.  An empty list gives an empty (0, 384) array.  TypeError, before the
+    None: in ``dtype``.  ``window`` (left, right): every layer's attention windowed so
+    (``kernels.attention``'s ``window``; the model was trained with full attention, so
+    this measures what a window costs it), ``sinks`` the first tokens every token sees
+    besides.  An empty list gives an empty (0, 384) array.  TypeError, before the
     model is loaded, for anything else than a str or an iterable of str, or an
     ``attention_dtype`` other than those."""
     attention_type(attention_dtype)
@@ -185,7 +189,7 @@ def encode(texts, *, kernel="c_tiled", dtype=np.float32, head_mask=None, attenti
     embeddings = np.empty((len(texts), WIDTH), model.word.dtype)
     for i, text in enumerate(texts):
         hidden = forward(model, tokenize(text)[0], kernel=kernel, head_mask=head_mask,
-                         attention_dtype=attention_dtype)
+                         attention_dtype=attention_dtype, window=window, sinks=sinks)
         pooled = hidden.mean(axis=0)
         embeddings[i] = pooled / np.linalg.norm(pooled)
     return embeddings
@@ -203,10 +207,11 @@ def attentions(text, *, kernel="c_tiled", dtype=np.float32):
     return tokens, np.stack(weights)
 
 
-def forward(model, ids, *, kernel="c_tiled", head_mask=None, attention_dtype=None, on_layer_input=None):
+def forward(model, ids, *, kernel="c_tiled", head_mask=None, attention_dtype=None, on_layer_input=None,
+            window=None, sinks=0):
     """The encoder's last hidden states (n, 384) for token ids (n,).  ``on_layer_input(layer,
     x)`` is called with each layer's weights and input (n, 384) before it runs;
-    ``attention_dtype`` as ``encode`` takes it."""
+    ``attention_dtype``, ``window`` and ``sinks`` as ``encode`` takes them."""
     if head_mask is not None and np.shape(head_mask) != (LAYERS, HEADS):
         raise ValueError(f"head_mask must have shape ({LAYERS}, {HEADS}), got {np.shape(head_mask)}")
     n = len(ids)
@@ -217,7 +222,7 @@ def forward(model, ids, *, kernel="c_tiled", head_mask=None, attention_dtype=Non
             on_layer_input(layer, x)
         attended = multi_head_attention(x, *layer.attention, heads=HEADS, kernel=kernel, biases=layer.biases,
                                         head_mask=None if head_mask is None else head_mask[index],
-                                        attention_dtype=attention_dtype)
+                                        attention_dtype=attention_dtype, window=window, sinks=sinks)
         x = layer_norm(x + attended, *layer.attention_norm)
         x = layer_norm(x + feed_forward(layer, x), *layer.output_norm)
     return x
