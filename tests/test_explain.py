@@ -122,7 +122,7 @@ def test_attention_calls_lists_every_call_the_page_makes(page_and_calls):
     made = {shape(problem) for _, problem in calls}
     listed = {shape(problem) for _, problem in examples.attention_calls()}
     assert made == listed
-    assert len(examples.attention_calls()) == 3 + len(examples.RETRIEVAL_SIZES)
+    assert len(examples.attention_calls()) == 3 + len(examples.RETRIEVAL_SIZES) + 2 * len(examples.WINDOW_BANDS)
 
 
 def test_page_numbers_heads_from_0_as_head_mask_does(page):
@@ -225,3 +225,21 @@ def test_section_7_says_when_the_timings_were_measured_under_load(monkeypatch, t
     for row, lookup, attention in zip(timing_rows(text), cost.hash_seconds, cost.attention_seconds):
         assert row[1].endswith(f"±{lookup.relative_spread / 2:.0%}")
         assert row[2].endswith(f"±{attention.relative_spread / 2:.0%}")
+
+
+def test_window_example_loses_the_fact_behind_a_window_and_sinks_give_it_back(own_kernel_name):
+    """The fact is 61 tokens back: found at low temperature with every token in view, weight
+    exactly 0 behind a window of 16 (masked, not merely small), found again as a sink; the
+    sink's 64 rows of attention fall to the 16 queries that still see it, and the others
+    spread over their window (entropy near ln 16 = 2.77 nats)."""
+    example = examples.window_example(own_kernel_name)
+    assert example.recall["causal"] > 0.95 and example.recall["window + sinks"] > 0.95
+    assert example.recall["window"] == 0.0
+    assert example.sink_mass["causal"] > 63 and example.sink_mass["window + sinks"] > 63
+    assert abs(example.sink_mass["window"] - examples.WINDOW) < 0.01
+    assert example.entropy["window"] > 2.5 > 0.01 > max(example.entropy["causal"], example.entropy["window + sinks"])
+
+
+def test_page_explains_the_window(page):
+    eighth = section(page, 8)
+    assert "Attending to less" in eighth and "window=(15, 0), sinks=4" in eighth

@@ -12,6 +12,8 @@ source text"): its 4-token code example (§11.1.7) and the sentence of its exerc
                         masking each head changes
     sink_example        every query drawn to the first token: the anomaly rule fires
     long_example        2048 tokens with local and periodic structure, causal
+    window_example      attending to less (§11.2): a fact beyond a sliding window that
+                        can no longer be retrieved, and a sink a window hides
 
 Heads are numbered from 0, as the arrays and ``head_mask`` index them.
 """
@@ -48,6 +50,12 @@ LOOKS_FOR = {
 D_MODEL, HEADS = 64, 8
 LONG_N = 2048
 LONG_PERIOD = 256  # tokens between the stripes of the long example
+WINDOW_N = 64      # tokens of the window example
+WINDOW = 16        # each of its queries sees itself and the 15 tokens before it
+WINDOW_SINKS = 4   # the first tokens kept visible besides
+FACT = 2           # the position of the fact its last token looks up: among the sinks
+WINDOW_DIM = 32
+WINDOW_TEMPERATURE = 0.1  # the lookup's scale is 1 / T: sharp, as in section 7's low T
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,55 @@ def long_example(seed=0, n=LONG_N, d=D_MODEL):
 RETRIEVAL_SIZES, RETRIEVAL_QUERIES, RETRIEVAL_DIM = (1_000, 4_000, 16_000, 64_000), 64, 64
 
 
+@dataclass(frozen=True)
+class WindowExample:
+    """What a window takes and what sinks give back, each under three bands: "causal"
+    (every earlier token), "window" (the last WINDOW tokens), "window + sinks" (and the
+    first WINDOW_SINKS).  ``recall``: the weight the last token's lookup puts on the fact
+    at position FACT.  ``sink_mass``: the attention token 0 receives in all (its column
+    sum) when every query is drawn to it, and ``entropy``: the mean entropy (nats) of the
+    rows of the queries past the window."""
+
+    recall: dict
+    sink_mass: dict
+    entropy: dict
+
+
+WINDOW_BANDS = {"causal": {}, "window": dict(window=(WINDOW - 1, 0)),
+                "window + sinks": dict(window=(WINDOW - 1, 0), sinks=WINDOW_SINKS)}
+
+
+def window_example(kernel="c_tiled", seed=0):
+    """Soft retrieval through a sliding window, causal, WINDOW_N tokens, values one-hot
+    positions (V = I, so an output row is its weights):
+
+    - a lookup: keys random unit vectors (d = WINDOW_DIM), the last token's query the key
+      of token FACT, at temperature WINDOW_TEMPERATURE: it finds the fact among all the
+      tokens, loses it behind a window, and finds it again when the fact is a sink;
+    - a sink (as ``sink_example``): every query u = (1, …, 1) / √d, token 0's key 3u, the
+      others random and small: the queries a window cuts off from token 0 spread their
+      weight over the window instead, and a sink gives them token 0 back.
+    Six calls of WINDOW_N × WINDOW_N (``attention_calls``)."""
+    rng = np.random.default_rng(seed)
+    keys = rng.standard_normal((WINDOW_N, WINDOW_DIM))
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    values = np.eye(WINDOW_N)
+    queries = keys.copy()
+    queries[-1] = keys[FACT]
+    u = np.ones((WINDOW_N, WINDOW_DIM)) / math.sqrt(WINDOW_DIM)
+    sink_keys = 0.1 * rng.standard_normal((WINDOW_N, WINDOW_DIM))
+    sink_keys[0] = 3 * u[0]
+    recall, sink_mass, entropy = {}, {}, {}
+    for name, band in WINDOW_BANDS.items():
+        looked_up = attention(queries, keys, values, kernel=kernel, causal=True, scale=1 / WINDOW_TEMPERATURE, **band)
+        recall[name] = float(looked_up[-1, FACT])
+        weights = attention(u, sink_keys, values, kernel=kernel, causal=True, scale=math.sqrt(WINDOW_DIM), **band)
+        sink_mass[name] = float(weights[:, 0].sum())
+        past = weights[WINDOW:]
+        entropy[name] = float(-(past * np.log(np.where(past > 0, past, 1))).sum(axis=1).mean())
+    return WindowExample(recall, sink_mass, entropy)
+
+
 def attention_calls():
     """(what, ``Problem``) of every ``kernels.attention`` call ``write_explanation`` makes,
     in the order it makes them (the sink example's is the sentence's shape): what a kernel
@@ -166,6 +223,9 @@ def attention_calls():
         *((f"the soft-against-hard retrieval timing at N = {size:,} stored items",
            planned((1,), RETRIEVAL_QUERIES, size, RETRIEVAL_DIM, RETRIEVAL_DIM, float64))
           for size in RETRIEVAL_SIZES),
+        *((f"the window example ({name}, {what})",
+           planned((), WINDOW_N, WINDOW_N, WINDOW_DIM, WINDOW_N, float64, True, **band))
+          for name, band in WINDOW_BANDS.items() for what in ("lookup", "sink")),
     )
 
 

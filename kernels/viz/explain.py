@@ -27,9 +27,10 @@ from ..layers.similarity import ROW_BLOCK_BYTES
 from ..memory import format_bytes
 from ..output import Column, Table
 from . import figures
-from .examples import (D_MODEL, FEATURES, LONG_PERIOD, LOOKS_FOR, RETRIEVAL_DIM, RETRIEVAL_QUERIES, RETRIEVAL_SIZES,
-                       SENTENCE, four_token_example, heads_example, long_example, sentence_example,
-                       sink_example)
+from .examples import (D_MODEL, FACT, FEATURES, LONG_PERIOD, LOOKS_FOR, RETRIEVAL_DIM, RETRIEVAL_QUERIES,
+                       RETRIEVAL_SIZES, SENTENCE, WINDOW, WINDOW_N, WINDOW_SINKS, WINDOW_TEMPERATURE,
+                       four_token_example, heads_example, long_example, sentence_example, sink_example,
+                       window_example)
 from .retrieval import accuracy_table, cost_table, load_text, plot_retrieval_cost, plot_soft_vs_hard
 
 LONG_PIXELS = 512  # cells per axis of the long example's picture
@@ -62,6 +63,7 @@ def write_explanation(out_dir, *, kernel="c_tiled", seed=0):
         _entropy_section(out_dir, sentence, heads, sink_example(kernel)),
         _long_section(out_dir, *long_example(seed)),
         _retrieval_section(out_dir, kernel, seed),
+        _window_section(window_example(kernel, seed)),
     ]
     return write_text(out_dir / "README.md", "\n\n".join(sections) + "\n")
 
@@ -308,6 +310,48 @@ looks at every key.
 {cost_table(cost).markdown()}
 
 ![Seconds per query against the number of stored items](retrieval_cost.png)"""
+
+
+def _window_section(example):
+    bands = tuple(example.recall)
+    table = Table("window", (Column("band", "each query sees"),
+                             Column("recall", f"weight on the fact at position {FACT}", lambda w: f"{w:.3f}"),
+                             Column("mass", "attention token 0 receives", lambda m: f"{m:.1f}"),
+                             Column("entropy", f"mean entropy past token {WINDOW} (nats)", lambda h: f"{h:.2f}")),
+                  [[{"causal": "every earlier token",
+                     "window": f"the last {WINDOW} tokens",
+                     "window + sinks": f"the last {WINDOW} and the first {WINDOW_SINKS}"}[band],
+                    example.recall[band], example.sink_mass[band], example.entropy[band]] for band in bands])
+    return f"""## 8. Attending to less: a window, and its sinks
+
+Attention's cost is quadratic because every query looks at every key; the way past it
+that engines take (the source text's next section, on cost and caching, begins here) is to
+let each query see only a window of the most recent tokens, a fixed number w, so that a
+sequence of n tokens costs n·w scores instead of n² and a KV cache holds w tokens however
+long the text. What that costs is retrieval: a key outside the window cannot be found,
+however well the query matches it. Two experiments on {WINDOW_N} tokens, causal, values that
+name their token (so an output is its weights):
+
+- **a lookup**: random keys, and the last token's query is the key of the token at position
+  {FACT}, at temperature {WINDOW_TEMPERATURE:g} (section 7's soft retrieval);
+- **a sink**: every query is drawn to the first token, as trained models draw much of their
+  attention to the first few tokens (section 5's anomaly).
+
+{table.markdown()}
+
+Seeing every earlier token, the lookup finds the fact ({example.recall["causal"]:.3f} of its weight).
+With a window of the last {WINDOW} tokens the fact is {WINDOW_N - 1 - FACT} tokens back, out of
+sight: its weight is {example.recall["window"]:.3f}, and no temperature brings it back. The sink
+shows the other loss: every query past the window is cut off from token 0 and spreads its weight
+over the window instead (entropy {example.entropy["window"]:.2f} nats, near ln {WINDOW} =
+{math.log(WINDOW):.2f}, against {example.entropy["causal"]:.2f} with token 0 in view), so every one
+of those outputs changes. **Attention sinks** (StreamingLLM) keep the first {WINDOW_SINKS} tokens
+visible to every query besides the window: the sink receives its attention again
+({example.sink_mass["window + sinks"]:.1f} of {WINDOW_N}) and the rows are as sharp as before,
+and here the fact, one of the first tokens, is found again ({example.recall["window + sinks"]:.3f}).
+`kernels.attention(q, k, v, window=({WINDOW - 1}, 0), sinks={WINDOW_SINKS})` computes these; the
+tiled kernels skip the keys outside the band, and `KVCache(window={WINDOW}, sinks={WINDOW_SINKS})`
+keeps exactly those tokens for decoding."""
 
 
 def _timing_text(cost):
