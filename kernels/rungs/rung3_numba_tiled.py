@@ -162,11 +162,11 @@ def qk_tile(qt, k, j0, first, visible, st):
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
-def mask_band(st, first, visible, keys, start):
+def mask_band(st, first, visible, keys, start, stop):
     """st[j, i] = -inf for the keys j < first[i] and visible[i] <= j < keys that query
-    i >= start must not see."""
+    start <= i < stop must not see."""
     neg_inf = st.dtype.type(-np.inf)
-    for i in range(start, visible.size):
+    for i in range(start, stop):
         for j in range(first[i]):
             st[j, i] = neg_inf
         for j in range(visible[i], keys):
@@ -174,13 +174,14 @@ def mask_band(st, first, visible, keys, start):
 
 
 @njit(**INTERNAL)
-def online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift):
+def online_softmax(st, keys, start, stop, log2_scale, m, l, alpha, m_new, shift):
     """One online-softmax step over a tile of unscaled scores Sᵀ = K Qᵀ, in place.
 
     st (TILE_K, rows): its first ``keys`` rows become P = 2**((S - m_new) · log2_scale),
-    log2_scale > 0 (masked scores are -inf and give 0), for the queries i >= start: the
-    queries before it see none of the tile's keys (causal), and their state stands as
-    it is (for them the step would be alpha = 1, P = 0).  m, l (rows,) are the running
+    log2_scale > 0 (masked scores are -inf and give 0), for the queries start <= i < stop:
+    the queries outside see none of the tile's keys (before a causal diagonal, after a
+    window's left edge), and their state stands as it is (for them the step would be
+    alpha = 1, P = 0).  m, l (rows,) are the running
     max and sum; alpha (rows,) receives the factor that rescales what earlier tiles
     summed; m_new and shift (rows,) are scratch.  Every loop runs across queries,
     which LLVM vectorises.  Scaling after the max subtraction keeps large logits
@@ -192,7 +193,7 @@ def online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift):
     zero = st.dtype.type(0.0)
     # Unsigned indices: Numba adds no negative-index fix-up to them, which for a loop
     # starting at a run-time offset would keep LLVM from vectorising it (2.3x slower).
-    first, rows = np.uint64(start), np.uint64(m.size)
+    first, rows = np.uint64(start), np.uint64(stop)
     for i in range(first, rows):
         m_new[i] = m[i]
     for j in range(keys):
@@ -219,37 +220,44 @@ def online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift):
 
 
 @njit(**INTERNAL)
-def pv_tile(pt, v_tile, first, visible, start, alpha, ot):
+def pv_tile(pt, v_tile, first, visible, start, stop, alpha, ot, masked):
     """Oᵀ = alpha · Oᵀ + V_tileᵀ Pᵀ, query i summing over exactly its keys
     [first[i], visible[i]) (both non-decreasing).
 
     pt (TILE_K, rows) = Pᵀ; v_tile (TILE_K, width) the tile's values, zero-padded to
     width = d_v rounded up to BLOCK_ROWS; alpha, first, visible (rows,); ot (width, rows)
-    = Oᵀ.  Only the queries i >= start (a multiple of the panel width), as online_softmax.
-    A panel sums the keys all its queries see in register blocks; the few more that
-    only some of its queries see (a tile crossing the causal diagonal or a window's
-    left edge) are added query by query.  A key is never skipped for a small weight,
-    nor is a masked key summed with weight 0: 0 · NaN in V must give NaN exactly where
-    the key is seen.
+    = Oᵀ.  Only the queries start <= i < stop (multiples of the panel width), as
+    online_softmax.
+    A panel sums its keys in register blocks: all the keys any of its queries sees when
+    they are not ``masked`` for some of them (a tile crossing the causal diagonal or a
+    window's left edge) or their values are finite (a masked key's P is exactly 0, and
+    0 · v adds nothing); else only those all its queries see, the few more that only some
+    see added query by query, so that 0 · NaN in V gives NaN exactly where the key is
+    seen.  The choice depends on the panel's keys only, not on the query tile around it
+    (the 16-bit tiles' sums are float32's, bit for bit).  A key is never skipped for a
+    small weight.
     """
     prefer_wide_vectors()
     block = register_block(pt.dtype)
     panel = block.shape[1]
     lanes = panel // BLOCK_VECTORS
-    width, rows = ot.shape
+    width = ot.shape[0]
     one = pt.dtype.type(1.0)
     for c in range(width):
         o_row = ot[c]
-        for i in range(np.uint64(start), np.uint64(rows)):  # unsigned: see online_softmax
+        for i in range(np.uint64(start), np.uint64(stop)):  # unsigned: see online_softmax
             o_row[i] *= alpha[i]
-    for i0 in range(start, rows, panel):
-        # keys [shared_lo, shared_hi) every query of the panel sees (none when a window's
-        # left edge passes the whole panel's diagonal: then all are added query by query)
-        shared_lo = first[i0 + panel - 1]
-        shared_hi = max(shared_lo, visible[i0])
+    for i0 in range(start, stop, panel):
+        # keys [shared_lo, shared_hi) summed for the whole panel: every key of it when the
+        # values are finite, else those all its queries see (none when a window's left edge
+        # passes the whole panel's diagonal: then all are added query by query)
+        shared_lo, shared_hi = first[i0], visible[i0 + panel - 1]
+        if masked and not all_finite(v_tile, shared_lo, shared_hi):
+            shared_lo = first[i0 + panel - 1]
+            shared_hi = max(shared_lo, visible[i0])
         for c0 in range(0, width, BLOCK_ROWS):
             block[:] = 0
-            for j in range(shared_lo, shared_hi):
+            for j in range(np.uint64(shared_lo), np.uint64(shared_hi)):  # unsigned: see online_softmax
                 p_row = pt[j]
                 v_row = v_tile[j]
                 for r in range(BLOCK_ROWS):
@@ -261,6 +269,18 @@ def pv_tile(pt, v_tile, first, visible, start, alpha, ot):
         for i in range(i0, i0 + panel):
             _add_weighted(pt, v_tile, i, first[i], min(shared_lo, visible[i]), ot)
             _add_weighted(pt, v_tile, i, shared_hi, visible[i], ot)
+
+
+@njit(inline="always", **JIT_OPTIONS)  # inlined into the caller's IR: one compile less
+def all_finite(rows, begin, end):
+    """Whether rows[begin:end] holds no NaN or infinity: x · 0 is 0 for every finite x and
+    NaN otherwise (no fast-math flag lets LLVM fold it away)."""
+    total = rows.dtype.type(0.0)
+    for j in range(begin, end):
+        row = rows[j]
+        for c in range(row.size):
+            total += row[c] * 0
+    return total == 0
 
 
 @njit(inline="always", **JIT_OPTIONS)  # inlined into pv_tile
@@ -355,21 +375,24 @@ def attend_query_tile(q, k, v, out, i0, tile_rows, offset, left_offset, sinks, q
                 first[r] = min(n_valid, max(0, lo_run[r] - j0))
                 visible[r] = min(n_valid, max(0, hi_run[r] - j0))
             keys = visible[rows - 1]
-            # the panels from `start` on: the first that sees a key of this tile and after
-            # (qk_tile skips the others by itself)
-            seeing = 0
-            while visible[seeing] == 0:
-                seeing += 1
-            start = seeing // panel * panel
+            # the panels [start, stop) that see a key of this tile: the others (before a
+            # causal diagonal, past a window's left edge) are skipped (by qk_tile itself)
+            start, stop = 0, rows
+            while visible[start] == 0:
+                start += 1
+            while first[stop - 1] >= visible[stop - 1]:
+                stop -= 1
+            start, stop = start // panel * panel, (stop + panel - 1) // panel * panel
             keys_read, first_key = rows_in_compute_type(k, j0, keys, k_tile, fmt)
             qk_tile(qt, keys_read, first_key, first, visible, st)
-            if visible[0] < keys or first[rows - 1] > 0:
-                mask_band(st, first, visible, keys, start)
-            online_softmax(st, keys, start, log2_scale, m, l, alpha, m_new, shift)
+            masked = visible[0] < keys or first[rows - 1] > 0
+            if masked:
+                mask_band(st, first, visible, keys, start, stop)
+            online_softmax(st, keys, start, stop, log2_scale, m, l, alpha, m_new, shift)
             # The copy's padding columns (zeros) let the last register block of value
             # columns read whole rows, even when d_v is not a multiple of BLOCK_ROWS.
             widen_rows(v, j0, keys, v_tile, fmt)
-            pv_tile(st, v_tile, first, visible, start, alpha, ot)
+            pv_tile(st, v_tile, first, visible, start, stop, alpha, ot, masked)
     for r in range(n_rows):
         # A row that sees no key has O = 0 and gets zeros; one whose scores
         # were all -inf has l = 0 and gets 0 * inf = NaN, as the reference does.
