@@ -12,6 +12,7 @@ import numpy as np
 
 from . import bench_run, dtypes, harness, output, threads
 from .api import ExtensionNotBuilt, attention, planned, unable_calls
+from .band import Band
 from .costs import attention_flops
 from .registry import KERNELS
 
@@ -35,15 +36,25 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
 
 
-def _positive_int(text):
-    """argparse type: a whole number >= 1."""
+def _positive_int(text, least=1):
+    """argparse type: a whole number >= 1 (>= ``least``)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
     return value
+
+
+def _non_negative_int(text):
+    """argparse type: a whole number >= 0."""
+    return _positive_int(text, least=0)
+
+
+def _window_side(text):
+    """argparse type of a --window side: a whole number >= 0, or "none" (unbounded)."""
+    return None if text.lower() == "none" else _non_negative_int(text)
 
 
 def _kernel_name(text):
@@ -145,23 +156,23 @@ def cmd_timing(args):
     for n in args.seq_len:
         shape = (args.heads, n, args.head_dim)
         q, k, v = (rng.standard_normal(shape, dtype=dtype) for _ in range(3))
-        flops = attention_flops(n, n, args.head_dim, batch=args.heads, causal=args.causal)
+        flops = attention_flops(n, n, args.head_dim, batch=args.heads, causal=args.causal, band=_band(args))
         row = [str(n)]
         for name in names:
             if (n, name) in unable:
                 row.append("n/a")
                 continue
-            attention(q, k, v, kernel=name, causal=args.causal)  # warm-up: JIT, caches, pages
+            attention(q, k, v, kernel=name, **_call_band(args))  # warm-up: JIT, caches, pages
             times = []
             for _ in range(args.repeat):
                 start = time.perf_counter()
-                attention(q, k, v, kernel=name, causal=args.causal)
+                attention(q, k, v, kernel=name, **_call_band(args))
                 times.append(time.perf_counter() - start)
             median = float(np.median(times))
             row.append(f"{median * 1e3:.1f} ms {flops / median / 1e9:.1f} GF/s")
         rows.append(row)
         del q, k, v
-    print(f"{dtype.name}, {_count(args.heads, 'head')}, d={args.head_dim}, causal={args.causal}, "
+    print(f"{dtype.name}, {_count(args.heads, 'head')}, d={args.head_dim}, {_band(args).describe()}, "
           f"threads: {threads.describe()}, median of {args.repeat}")
     print(_table(["n"] + names, rows))
     for (n, name), reason in unable.items():
@@ -184,12 +195,22 @@ def _left_out(kernel, heads):
 def _kernels_unable(names, args, dtype):
     """{(n, kernel): why} for the kernels that cannot run n (size cap, memory for the
     inputs, output and workspace); raises the reason when no kernel can run some n."""
-    unable = unable_calls(names, [(n, planned((args.heads,), n, n, args.head_dim, args.head_dim, dtype, args.causal))
+    unable = unable_calls(names, [(n, planned((args.heads,), n, n, args.head_dim, args.head_dim, dtype,
+                                              **_call_band(args)))
                              for n in args.seq_len])
     for n in args.seq_len:
         if all((n, name) in unable for name in names):  # say why in our own rung's words, the last one asked for
             raise unable[n, ([name for name in names if not KERNELS[name].external] or names)[-1]]
     return unable
+
+
+def _call_band(args):
+    """The band keywords of ``kernels.attention`` that timing's arguments give."""
+    return dict(causal=args.causal, window=args.window, sinks=args.sinks)
+
+
+def _band(args):
+    return Band.of(**_call_band(args))
 
 
 def cmd_bench(args):
@@ -314,6 +335,12 @@ def _parser():
     timing.add_argument("--causal", action="store_true",
                         help="causal attention, query i seeing keys 0 to i only (default: %(default)s, "
                              "every query sees every key)")
+    timing.add_argument("--window", type=_window_side, nargs=2, metavar=("LEFT", "RIGHT"),
+                        help="a sliding window: each query sees the LEFT keys before it and the RIGHT after "
+                             "(none: unbounded; FlashAttention's window_size, aligned as causal is; GF/s count "
+                             "the window's scores only) (default: none, every key)")
+    timing.add_argument("--sinks", type=_non_negative_int, default=0,
+                        help="with --window, the first keys every query also sees (default: %(default)s)")
     timing.add_argument("--repeat", type=_positive_int, default=5,
                         help="timed calls per kernel and n, of which the median is shown (default: %(default)s)")
     bench = command("bench", cmd_bench, "the asv suite, one class at a time, then the report (make bench)",

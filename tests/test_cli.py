@@ -111,7 +111,15 @@ def test_threads_after_the_command_sets_the_budget(capsys, budget_unchanged):
     status, out, _ = run_main(capsys, "timing", "--threads", "1", "--kernel", "numpy", "--seq-len", "16",
                               "--heads", "1", "--head-dim", "8", "--repeat", "1")
     assert status == 0 and threads.budget() == 1
-    assert out.splitlines()[0] == "float32, 1 head, d=8, causal=False, threads: 1 thread, median of 1"
+    assert out.splitlines()[0] == "float32, 1 head, d=8, full, threads: 1 thread, median of 1"
+
+
+def test_timing_takes_a_window_and_sinks_and_refuses_a_negative_side(capsys):
+    status, out, _ = run_main(capsys, "timing", "--kernel", "numpy", "--seq-len", "16", "--heads", "1",
+                              "--head-dim", "8", "--repeat", "1", "--window", "4", "none", "--sinks", "1")
+    assert status == 0 and out.splitlines()[0].startswith("float32, 1 head, d=8, window (4, None) + 1 sink,")
+    with pytest.raises(cli.UsageError, match="--window: must be at least 0, got -1"):
+        cli._parser().parse_args(["timing", "--window", "-1", "0"])
 
 
 def test_every_option_of_every_command_says_what_it_does_and_its_default():
