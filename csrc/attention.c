@@ -51,30 +51,59 @@ struct shape {
     int64_t n_q, n_k, d, d_v;
     int64_t group;           /* query heads per K/V head: query head h reads K/V head h / group */
     int64_t kv_rows;         /* rows from one K/V head to the next (>= n_k) */
-    int causal;
-    int64_t causal_offset;   /* query i sees keys j <= i + causal_offset */
-    int64_t first_row;       /* rows before it see no key (causal with n_q > n_k) */
+    /* the band (attention.h): query i sees the keys of its window, i + left_offset <= j <=
+       i + right_offset, and the sinks j < sinks that are not after it */
+    int64_t right_offset;    /* n_k when right is unbounded: past every key */
+    int64_t left_offset;     /* -UNBOUNDED when left is: before every key */
+    int64_t sinks;           /* 0 unless windowed */
+    int windowed;            /* left is bounded: the keys a query sees do not start at 0 */
+    int64_t first_row;       /* rows before it see no key (right bounded, n_q > n_k + right) */
     int round_out;           /* the output is the inputs' 16-bit type, each row rounded as stored */
 };
 
-static struct shape make_shape(int64_t n_q, int64_t n_k, int64_t d, int64_t d_v, int causal,
-                               int64_t group, int64_t kv_rows, int round_out)
+#define UNBOUNDED (INT64_MAX / 4)   /* a side without a bound: further than any key, with room to add */
+
+static struct shape make_shape(int64_t n_q, int64_t n_k, int64_t d, int64_t d_v, int64_t left, int64_t right,
+                               int64_t sinks, int64_t group, int64_t kv_rows, int round_out)
 {
-    const int64_t offset = n_k - n_q;
+    const int64_t aligned = n_k - n_q;   /* query i's position among the keys, less i */
+    const int64_t right_offset = right < 0 ? n_k : aligned + right;
     return (struct shape){
         .n_q = n_q, .n_k = n_k, .d = d, .d_v = d_v,
         .group = group, .kv_rows = kv_rows,
-        .causal = causal != 0,
-        .causal_offset = offset,
-        .first_row = causal && offset < 0 ? -offset : 0,
+        .right_offset = right_offset,
+        .left_offset = left < 0 ? -UNBOUNDED : aligned - left,
+        .sinks = left < 0 ? 0 : max_i64(sinks, 0),
+        .windowed = left >= 0,
+        .first_row = clamp_i64(-right_offset, 0, n_q),
         .round_out = round_out != 0,
     };
 }
 
-/* query i sees keys [0, visible_keys(i)) */
+/* query i sees no key from visible_keys(i) on */
 static int64_t visible_keys(const struct shape *sh, int64_t i)
 {
-    return sh->causal ? clamp_i64(i + sh->causal_offset + 1, 0, sh->n_k) : sh->n_k;
+    return clamp_i64(i + sh->right_offset + 1, 0, sh->n_k);
+}
+
+/* the first key of query i's window (0 without one) */
+static int64_t window_start(const struct shape *sh, int64_t i)
+{
+    return clamp_i64(i + sh->left_offset, 0, sh->n_k);
+}
+
+/* Query i's keys [lo, hi) in one of the two runs of keys a query tile walks (both ends never
+   decrease with i): the sinks' run (sinks_run), [0, min(sinks, visible_keys)) for a query
+   whose window starts after the sinks, empty for the others; the windows' run,
+   [window_start, visible_keys), from key 0 for a query whose window starts within the
+   sinks (the two then meet: it sees every key up to its last). Full and causal attention
+   have one run, the windows' from key 0. */
+static void run_keys(const struct shape *sh, int sinks_run, int64_t i, int64_t *lo, int64_t *hi)
+{
+    const int64_t start = window_start(sh, i), end = visible_keys(sh, i);
+    const int after_sinks = start > sh->sinks;
+    *lo = !sinks_run && after_sinks ? start : 0;
+    *hi = !sinks_run ? end : after_sinks ? min_i64(sh->sinks, end) : 0;
 }
 
 /* Whether the CPU has the features a path's functions are compiled for (their target
@@ -447,9 +476,9 @@ __attribute__((constructor)) static void select_default_isa(void)
 #undef ACTIVE_OPS
 
 /* The entry points (attention.h): each instance's driver, given its K/V heads. */
-#define SHAPE_ARGS batch, group, n_q, n_k, kv_rows, d, d_v, causal, scale, n_threads
+#define SHAPE_ARGS batch, group, n_q, n_k, kv_rows, d, d_v, left, right, sinks, scale, n_threads
 #define SHAPE_PARAMS(real) int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows, \
-    int64_t d, int64_t d_v, int causal, real scale, int n_threads
+    int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks, real scale, int n_threads
 
 int attn_forward_f32(const float *q, const float *k, const float *v, float *out, SHAPE_PARAMS(float))
 {

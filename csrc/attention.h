@@ -12,15 +12,21 @@
      K/V head g: its n_k rows at k + g·kv_rows·d (d each) and v + g·kv_rows·d_v (d_v each),
        rows contiguous within a head; kv_rows >= n_k is the rows from one head to the next,
        so that a cache with spare capacity (heads, kv_rows, d) is read in place, [:, :n_k].
-   causal: query i sees keys j <= i + (n_k - n_q); a query that sees no key gets a zero row.
+   left, right, sinks: the keys each query sees (kernels/band.py): query i, at position
+     p = i + (n_k - n_q), sees key j when j <= p + right and (j >= p - left or j < sinks); a
+     negative left or right is unbounded (full attention: -1, -1, 0; causal: -1, 0, 0). Key
+     tiles outside the band are skipped: a window costs O(n_q · (left + right + sinks)).
+     A query that sees no key gets a zero row.
    Returns 0 on success, 1 if scratch memory could not be allocated (out is then unspecified),
    -1 for a shape it cannot read (group < 1, batch not a multiple of it, kv_rows < n_k). */
 int attn_forward_f32(const float *q, const float *k, const float *v, float *out,
                      int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
-                     int64_t d, int64_t d_v, int causal, float scale, int n_threads);
+                     int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks,
+                     float scale, int n_threads);
 int attn_forward_f64(const double *q, const double *k, const double *v, double *out,
                      int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
-                     int64_t d, int64_t d_v, int causal, double scale, int n_threads);
+                     int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks,
+                     double scale, int n_threads);
 /* The 16-bit types, given as their bits (bfloat16, IEEE float16): widened exactly to float a
    tile (or a block of decode rows) at a time and computed as attn_forward_f32 computes.
    out is float when round_out is 0; otherwise the inputs' 16-bit type (its bits), each row
@@ -28,10 +34,12 @@ int attn_forward_f64(const double *q, const double *k, const double *v, double *
    result round it). */
 int attn_forward_bf16(const uint16_t *q, const uint16_t *k, const uint16_t *v, void *out, int round_out,
                       int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
-                      int64_t d, int64_t d_v, int causal, float scale, int n_threads);
+                      int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks,
+                      float scale, int n_threads);
 int attn_forward_f16(const uint16_t *q, const uint16_t *k, const uint16_t *v, void *out, int round_out,
                      int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
-                     int64_t d, int64_t d_v, int causal, float scale, int n_threads);
+                     int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks,
+                     float scale, int n_threads);
 /* An int8 KV cache with a float scale per row: key j of K/V head g is
    k_scale[g·kv_rows + j] · k[g·kv_rows·d + j·d + c] (each product rounded once to float),
    and likewise v with v_scale; q and out are float, shaped and laid out as above. Read in
@@ -40,8 +48,8 @@ int attn_forward_f16(const uint16_t *q, const uint16_t *k, const uint16_t *v, vo
    A row whose scale is NaN dequantises to NaN. */
 int attn_forward_q8(const float *q, const int8_t *k, const float *k_scale, const int8_t *v,
                     const float *v_scale, float *out, int64_t batch, int64_t group, int64_t n_q,
-                    int64_t n_k, int64_t kv_rows, int64_t d, int64_t d_v, int causal, float scale,
-                    int n_threads);
+                    int64_t n_k, int64_t kv_rows, int64_t d, int64_t d_v, int64_t left, int64_t right,
+                    int64_t sinks, float scale, int n_threads);
 /* An int4 KV cache: each row of K (and V) is ceil(d / 2) bytes, value c the nibble c % 2
    (low first) of byte c / 2 less 8, times k_scale[row · ceil(d / 32) + c / 32], the scale of
    its group of 32 (kernels/cache_formats.py); rows and their scales lie as the int8 cache's,
@@ -50,8 +58,8 @@ int attn_forward_q8(const float *q, const int8_t *k, const float *k_scale, const
    K and V. A group whose scale is NaN dequantises to NaN. */
 int attn_forward_q4(const float *q, const uint8_t *k, const float *k_scale, const uint8_t *v,
                     const float *v_scale, float *out, int64_t batch, int64_t group, int64_t n_q,
-                    int64_t n_k, int64_t kv_rows, int64_t d, int64_t d_v, int causal, float scale,
-                    int n_threads);
+                    int64_t n_k, int64_t kv_rows, int64_t d, int64_t d_v, int64_t left, int64_t right,
+                    int64_t sinks, float scale, int n_threads);
 
 /* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL) with AVX512-BF16 (and
    BW), AVX-512, AVX2+FMA+F16C, generic), "avx512-bf16", "avx512", "avx2-fma", "generic", or

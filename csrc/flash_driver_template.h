@@ -55,7 +55,7 @@
    For every (head, query tile) and every key tile the query tile can see
    (tiles are stored transposed, in panels of queries: see tile_ops.h):
      Sᵀ = scale · K Qᵀ  (K packed by pack_k)        qk_tile
-     mask scores above the causal diagonal (−inf)   mask_causal
+     mask the scores outside the band (−inf)        mask_band
      m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax
      alpha = exp(m − m_new), l = alpha · l + rowsum P
      O = alpha · O + P V  (V packed by pack_v)      pv_tile
@@ -166,7 +166,7 @@ struct SUFFIX(scratch) {
     packed *qt, *kp, *vp;
     real *st, *ot, *m, *l, *alpha, *staging, *row;
     uint32_t *pt;   /* PAIRED: one panel's Pᵀ in pairs of keys */
-    int32_t *visible, *panel_keys;
+    int32_t *first, *visible, *panel_keys, *panel_first;   /* count_visible's */
     void *block;
 };
 
@@ -191,6 +191,8 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
         cache_lines(rows * sizeof(real)),                                  /* alpha */
         cache_lines(rows * sizeof(int32_t)),                               /* visible */
         cache_lines(rows * sizeof(int32_t)),                               /* panel_keys */
+        cache_lines(rows * sizeof(int32_t)),                               /* first */
+        cache_lines(rows * sizeof(int32_t)),                               /* panel_first */
         cache_lines(KEY_CAP * d_packed * sizeof(packed)),                  /* kp */
         /* vp: KEY_CAP keys of each column (PAIRED: KEY_CAP / 2 pairs) */
         cache_lines(KEY_CAP / (PAIRED + 1) * dv_pad * sizeof(packed)),
@@ -216,10 +218,12 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     sc->alpha = (real *)block;       block += sizes[5];
     sc->visible = (int32_t *)block;      block += sizes[6];
     sc->panel_keys = (int32_t *)block;   block += sizes[7];
-    sc->kp = (packed *)block;        block += sizes[8];
-    sc->vp = (packed *)block;        block += sizes[9];
-    sc->pt = (uint32_t *)block;      block += sizes[10];
-    sc->row = (real *)block;         block += sizes[11];
+    sc->first = (int32_t *)block;        block += sizes[8];
+    sc->panel_first = (int32_t *)block;  block += sizes[9];
+    sc->kp = (packed *)block;        block += sizes[10];
+    sc->vp = (packed *)block;        block += sizes[11];
+    sc->pt = (uint32_t *)block;      block += sizes[12];
+    sc->row = (real *)block;         block += sizes[13];
     sc->staging = (real *)block;
 }
 
@@ -344,67 +348,103 @@ static void SUFFIX(pack_v_pairs)(const kv_elem *v, int64_t keys, int64_t d_v, ui
 }
 #endif
 
-/* visible[r] = how many keys of the tile [j0, j0 + keys) query i0 + r sees;
-   panel_keys[p] = the most any query of panel p sees. Returns whether any query sees fewer
-   than all (the tile crosses the causal diagonal). */
-static int SUFFIX(count_visible)(const struct shape *sh, int64_t i0, int64_t j0, int64_t keys,
-                                 int64_t rows_pad, int64_t panel, int32_t *visible,
-                                 int32_t *panel_keys)
+/* Which keys of the tile [j0, j0 + keys) each query i0 + r sees in one run of the walk
+   (run_keys): [first[r], visible[r]) of them, or none (both 0); panel_keys[p] = the most any
+   query of panel p sees (0: the panel is skipped), panel_first[p] = the most keys any of its
+   queries leaves out at the tile's start (a window's left edge). Returns whether some query
+   sees fewer than all (the tile crosses the causal diagonal or a window's edge). */
+static int SUFFIX(count_visible)(const struct shape *sh, int sinks_run, int64_t i0, int64_t j0,
+                                 int64_t keys, int64_t rows_pad, int64_t panel, int32_t *first,
+                                 int32_t *visible, int32_t *panel_keys, int32_t *panel_first)
 {
-    int diagonal = 0;
+    int masked = 0;
     for (int64_t r = 0; r < rows_pad; r++) {
-        visible[r] = (int32_t)(sh->causal ? clamp_i64(i0 + r + sh->causal_offset + 1 - j0, 0, keys)
-                                          : keys);
-        diagonal |= visible[r] < keys;
+        int64_t lo, hi;
+        run_keys(sh, sinks_run, i0 + r, &lo, &hi);
+        lo = clamp_i64(lo - j0, 0, keys);
+        hi = clamp_i64(hi - j0, 0, keys);
+        first[r] = (int32_t)(lo < hi ? lo : 0);
+        visible[r] = (int32_t)(lo < hi ? hi : 0);
+        masked |= visible[r] < keys || first[r] > 0;
     }
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
-        panel_keys[r0 / panel] = 0;
-        for (int64_t r = r0; r < r0 + panel; r++)
-            if (visible[r] > panel_keys[r0 / panel])
-                panel_keys[r0 / panel] = visible[r];
+        int32_t most = 0, most_left_out = 0;
+        for (int64_t r = r0; r < r0 + panel; r++) {
+            most = visible[r] > most ? visible[r] : most;
+            most_left_out = first[r] > most_left_out ? first[r] : most_left_out;
+        }
+        panel_keys[r0 / panel] = most;
+        panel_first[r0 / panel] = most_left_out;
     }
-    return diagonal;
+    return masked;
 }
 
-/* Sᵀ[j][r] = −inf for the keys visible[r] <= j < panel_keys[panel of r] that query r must not see */
-static void SUFFIX(mask_causal)(real *st, const int32_t *visible, const int32_t *panel_keys,
-                                int64_t rows_pad, int64_t panel)
+/* Sᵀ[j][r] = −inf for the keys j < first[r] and visible[r] <= j < panel_keys[panel of r]
+   that query r must not see */
+static void SUFFIX(mask_band)(real *st, const int32_t *first, const int32_t *visible,
+                              const int32_t *panel_keys, int64_t rows_pad, int64_t panel)
 {
-    for (int64_t r = 0; r < rows_pad; r++)
+    for (int64_t r = 0; r < rows_pad; r++) {
+        real *column = st + (r / panel) * KEY_CAP * panel + r % panel;   /* column[j * panel] */
+        for (int64_t j = 0; j < first[r]; j++)
+            column[j * panel] = -INFINITY;
         for (int64_t j = visible[r]; j < panel_keys[r / panel]; j++)
-            st[(r / panel) * KEY_CAP * panel + j * panel + r % panel] = -INFINITY;
+            column[j * panel] = -INFINITY;
+    }
 }
 
-/* rows [i0, i0 + rows) of one query head (q: the head's queries), from all the keys they see
-   of its K/V head kv, into out rows out_row0 + i0 onwards */
-static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape *sh,
-                                      real scale, const q_elem *q, const struct SUFFIX(kv) *kv,
-                                      void *out, int64_t out_row0, int64_t i0, int64_t rows,
-                                      const struct SUFFIX(scratch) *sc)
+/* value column c of key j of the packed V tile (pack_v, or pack_v_pairs), as real */
+static real SUFFIX(packed_value)(const packed *vp, int64_t j, int64_t c)
+{
+#if PAIRED
+    const uint32_t word = vp[c / COL_BLOCK * (KEY_CAP / 2) * COL_BLOCK + j / 2 * COL_BLOCK + c % COL_BLOCK];
+    return float_from_bits((j % 2 ? word >> 16 : word & 0xFFFF) << 16);
+#else
+    return vp[c / COL_BLOCK * KEY_CAP * COL_BLOCK + j * COL_BLOCK + c % COL_BLOCK];
+#endif
+}
+
+/* How many of the packed V tile's first keys (at most `keys`) hold finite values only. */
+static int64_t SUFFIX(finite_keys)(const packed *vp, int64_t keys, int64_t d_v)
+{
+    for (int64_t j = 0; j < keys; j++)
+        for (int64_t c = 0; c < d_v; c++)
+            if (!isfinite(SUFFIX(packed_value)(vp, j, c)))
+                return j;
+    return keys;
+}
+
+/* pv_tile for one panel, each query summing exactly its keys [first[r], visible[r]), one
+   product at a time: for a panel some of whose queries leave out keys at the tile's start
+   whose values are not all finite. pv_tile sums keys [0, visible[r]) and a left-out key's
+   P is 0, which is exact only while 0 · v = 0 (rare input: scalar code is fast enough). */
+static void SUFFIX(pv_panel_exact)(const real *st, const packed *vp, const int32_t *first,
+                                   const int32_t *visible, const real *alpha, int64_t d_v,
+                                   int64_t panel, real *ot)
+{
+    for (int64_t r = 0; r < panel; r++)
+        for (int64_t c = 0; c < d_v; c++) {
+            real acc = alpha[r] * ot[c * panel + r];
+            for (int64_t j = first[r]; j < visible[r]; j++)
+                acc += st[j * panel + r] * SUFFIX(packed_value)(vp, j, c);
+            ot[c * panel + r] = acc;
+        }
+}
+
+/* One run of attend_query_tile's keys (run_keys), the key tiles [j_begin, j_end): for each,
+   the query tile's panels through qk_tile, the band's mask, online_softmax and pv_tile. */
+static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, real scale,
+                              const struct SUFFIX(kv) *kv, int sinks_run, int64_t i0, int64_t rows_pad,
+                              int64_t j_begin, int64_t j_end, const struct SUFFIX(scratch) *sc)
 {
     const kv_elem *k = kv->k, *v = kv->v;
     const int64_t d = sh->d, d_v = sh->d_v, d_packed = SUFFIX(packed_width)(d);
-    const int64_t rows_pad = round_up(rows, ops->query_panel);
     const int64_t panel = ops->query_panel, dv_pad = round_up(d_v, COL_BLOCK);
-    /* Causal: the tile's last row sees keys up to i0 + rows − 1 + offset; later key tiles
-       are skipped. */
-    const int64_t key_end = sh->causal ? min_i64(sh->n_k, i0 + rows + sh->causal_offset) : sh->n_k;
 
-#if PAIRED
-    SUFFIX(pack_qt_pairs)(q + i0 * d, rows, rows_pad, d, panel, sc->qt);
-#else
-    SUFFIX(pack_qt)(SUFFIX(q_as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
-#endif
-    for (int64_t r = 0; r < rows_pad; r++) {
-        sc->m[r] = -INFINITY;
-        sc->l[r] = 0;
-    }
-    memset(sc->ot, 0, rows_pad * dv_pad * sizeof(real));
-
-    for (int64_t j0 = 0; j0 < key_end; j0 += KEY_TILE) {
-        const int64_t keys = min_i64(KEY_TILE, key_end - j0);
-        const int diagonal = SUFFIX(count_visible)(sh, i0, j0, keys, rows_pad, panel,
-                                                   sc->visible, sc->panel_keys);
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += KEY_TILE) {
+        const int64_t keys = min_i64(KEY_TILE, j_end - j0);
+        const int masked = SUFFIX(count_visible)(sh, sinks_run, i0, j0, keys, rows_pad, panel, sc->first,
+                                                 sc->visible, sc->panel_keys, sc->panel_first);
 
 #if PAIRED
         SUFFIX(pack_k_pairs)(k + j0 * d, keys, d, sc->kp);
@@ -416,9 +456,15 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
         SUFFIX(pack_k)(SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
         SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
 #endif
+        /* a window's left edge: the leading keys whose values are finite, which a query may
+           leave out and still be summed over with weight 0 (pv_tile) */
+        int64_t most_left_out = 0;
+        for (int64_t p = 0; p < rows_pad / panel; p++)
+            most_left_out = max_i64(most_left_out, sc->panel_first[p]);
+        const int64_t finite = most_left_out ? SUFFIX(finite_keys)(sc->vp, most_left_out, d_v) : 0;
         /* the next key tile's K and V rows, contiguous in the input, fetched into L2 a
            slice per panel while this tile computes, so that packing them finds them there */
-        const int64_t next_keys = min_i64(KEY_TILE, key_end - j0 - keys);
+        const int64_t next_keys = min_i64(KEY_TILE, j_end - j0 - keys);
         const size_t next_k_bytes = next_keys > 0 ? next_keys * d * sizeof(kv_elem) : 0;
         const size_t next_v_bytes = next_keys > 0 ? next_keys * d_v * sizeof(kv_elem) : 0;
         /* One panel at a time through all three steps, so that its Sᵀ (KEY_CAP × panel) is
@@ -431,10 +477,15 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
             if (*panel_keys == 0)
                 continue;
             ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st, KEY_CAP);
-            if (diagonal)
-                SUFFIX(mask_causal)(sc->st, sc->visible + r0, panel_keys, panel, panel);
+            if (masked)
+                SUFFIX(mask_band)(sc->st, sc->first + r0, sc->visible + r0, panel_keys, panel, panel);
             ops->online_softmax(sc->st, KEY_CAP, panel_keys, panel, sc->m + r0, sc->l + r0,
                                 sc->alpha + r0);
+            if (sc->panel_first[r0 / panel] > finite) {
+                SUFFIX(pv_panel_exact)(sc->st, sc->vp, sc->first + r0, sc->visible + r0, sc->alpha + r0, d_v,
+                                       panel, sc->ot + r0 * dv_pad);
+                continue;
+            }
 #if PAIRED
             ops->pack_p(sc->st, *panel_keys, sc->pt);   /* Pᵀ in bfloat16 pairs of keys */
             ops->pv_tile(sc->pt, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
@@ -445,6 +496,38 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
 #endif
         }
     }
+}
+
+/* rows [i0, i0 + rows) of one query head (q: the head's queries), from all the keys they see
+   of its K/V head kv, into out rows out_row0 + i0 onwards: the sinks' run of keys where the
+   tile's last query's window starts after the sinks, then the windows' (run_keys). No key
+   tile outside them is visited: O(rows · (window + rows + sinks)) for a window. */
+static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape *sh,
+                                      real scale, const q_elem *q, const struct SUFFIX(kv) *kv,
+                                      void *out, int64_t out_row0, int64_t i0, int64_t rows,
+                                      const struct SUFFIX(scratch) *sc)
+{
+    const int64_t d = sh->d, d_v = sh->d_v;
+    const int64_t rows_pad = round_up(rows, ops->query_panel);
+    const int64_t panel = ops->query_panel, dv_pad = round_up(d_v, COL_BLOCK);
+
+#if PAIRED
+    SUFFIX(pack_qt_pairs)(q + i0 * d, rows, rows_pad, d, panel, sc->qt);
+#else
+    SUFFIX(pack_qt)(SUFFIX(q_as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
+#endif
+    for (int64_t r = 0; r < rows_pad; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0;
+    }
+    memset(sc->ot, 0, rows_pad * dv_pad * sizeof(real));
+
+    int64_t lo, hi;
+    run_keys(sh, 1, i0 + rows - 1, &lo, &hi);
+    if (hi > 0)
+        SUFFIX(walk_keys)(ops, sh, scale, kv, 1, i0, rows_pad, 0, hi, sc);
+    run_keys(sh, 0, i0, &lo, &hi);
+    SUFFIX(walk_keys)(ops, sh, scale, kv, 0, i0, rows_pad, lo, visible_keys(sh, i0 + rows - 1), sc);
 
     for (int64_t r = 0; r < rows; r++) {
         const real *o = sc->ot + (r / panel) * dv_pad * panel + r % panel;   /* o[c * panel] */
@@ -833,19 +916,24 @@ static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
    16-bit type. */
 static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *out, int round_out,
                            int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
-                           int64_t d, int64_t d_v, int causal, real scale, int n_threads)
+                           int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks, real scale,
+                           int n_threads)
 {
     if (group < 1 || batch % group != 0 || kv_rows < n_k)
         return -1;
     const TILE_OPS_T *ops = ACTIVE_OPS;
-    const struct shape sh = make_shape(n_q, n_k, d, d_v, causal, group, kv_rows, round_out);
-    /* 2 · batch · n_q · n_k · (d + d_v) flops, causal or not */
-    const int32_t threads = pool_threads_for(n_threads, 2.0 * batch * n_q * n_k * (double)(d + d_v));
+    const struct shape sh = make_shape(n_q, n_k, d, d_v, left, right, sinks, group, kv_rows, round_out);
+    /* 2 · batch · n_q · (keys a query sees) · (d + d_v) flops, causal or not: n_k, or a
+       window's width at most */
+    const int64_t seen = sh.windowed && right >= 0 ? min_i64(n_k, left + right + 1 + sh.sinks) : n_k;
+    const int32_t threads = pool_threads_for(n_threads, 2.0 * batch * n_q * seen * (double)(d + d_v));
 
-    if (n_q <= DECODE_MAX_QUERIES)
+    /* a window's few queries take the query tiles, which skip the keys outside it (the
+       split-KV path reads a contiguous run of keys per query from key 0) */
+    if (n_q <= DECODE_MAX_QUERIES && !sh.windowed)
         return SUFFIX(attend_split_kv)(ops, &sh, scale, q, kv, out, batch, threads);
 
-    /* Causal with n_q > n_k: the first rows see no key at all. */
+    /* A right edge with n_q > n_k + right (causal: n_q > n_k): the first rows see no key. */
     const size_t out_size = SUFFIX(out_size)(&sh);   /* (a 16-bit zero is all zero bits too) */
     for (int64_t h = 0; h < batch; h++)
         memset((char *)out + h * n_q * d_v * out_size, 0, sh.first_row * d_v * out_size);

@@ -186,6 +186,8 @@ def _build():
             "C via cffi: SIMD micro-kernels, online softmax, our thread pool, GIL released",
             "O(n·d)",
             "kernels.rungs.rung4_c_tiled",
+            windows=True,
+            window_form="skips the key tiles outside the band: O(n·window)",
             strided_kv=True,
             quantised_caches=("int8", "int4"),
             int8_query_rows=4,  # csrc/tiles.h DECODE_MAX_QUERIES (rung4_c_tiled.DECODE_MAX_QUERIES)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from kernels import harness
+from kernels.band import Band
 from kernels.dtypes import HALF
 from kernels.rungs import rung4_c_tiled as c_tiled
 
@@ -59,3 +60,21 @@ def test_auto_picks_the_best_simd_the_cpu_has():
 def test_unknown_isa_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown ISA 'sse9'"):
         c_tiled.use_isa("sse9")
+
+
+@pytest.mark.parametrize("dtype", harness.DTYPES, ids=[np.dtype(d).name for d in harness.DTYPES])
+def test_every_path_keeps_a_nan_value_to_the_queries_whose_band_holds_it(isa, dtype):
+    """A window's left edge crosses every panel of a tile at a different key: the keys a query
+    leaves out there are summed with weight 0 only while their values are finite, and one at a
+    time otherwise (csrc/flash_driver_template.h, pv_panel_exact).  NaN values at a sink (key
+    1), at a window's edge (key 150) and beyond every window (key 40, seen by queries 40-77
+    only) reach exactly the queries that see them."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 300, 32)).astype(dtype) for _ in range(3))
+    v[0, [1, 40, 150], 5] = np.nan
+    band = Band.of(window=(37, 0), sinks=2)
+    out = np.empty((2, 300, 32), np.float64 if np.dtype(dtype) == np.float64 else np.float32)
+    c_tiled.run(q, k, v, out, False, 32**-0.5, band=band)
+    seen = band.mask(300, 300)[:, [1, 40, 150]].any(axis=1)
+    assert np.array_equal(np.isnan(out[0, :, 5]), seen) and not np.isnan(out[0, :, :5]).any()
+    assert np.isfinite(out[1]).all()

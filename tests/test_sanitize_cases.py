@@ -28,10 +28,11 @@ PRINT_TABLES = r"""
 static void print_table(const char *table, const struct shape *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        printf("%s\t%s\t%lld\t%lld\t%lld\t%lld\t%lld\t%.17g\t%d\t%u\n", table, s[i].name,
-               (long long)s[i].batch, (long long)s[i].n_q, (long long)s[i].n_k,
+        printf("%s\t%s\t%lld\t%lld\t%lld\t%lld\t%lld\t%.17g\t%d\t%u\t%d\t%lld\t%lld\t%lld\n", table,
+               s[i].name, (long long)s[i].batch, (long long)s[i].n_q, (long long)s[i].n_k,
                (long long)s[i].d, (long long)s[i].d_v, s[i].logit_scale, (int)s[i].poison,
-               s[i].skip_dtypes);
+               s[i].skip_dtypes, s[i].banded, (long long)s[i].band.left, (long long)s[i].band.right,
+               (long long)s[i].band.sinks);
 }
 
 int main(void)
@@ -75,7 +76,8 @@ def c_tables(project_root, tmp_path, *macros):
         batch, n_q, n_k, d, d_v = map(int, numbers[:5])
         tables[table].append({"name": name, "batch": batch, "n_q": n_q, "n_k": n_k, "d": d,
                               "d_v": d_v, "logit_scale": float(numbers[5]),
-                              "poison": POISONS[int(numbers[6])], "skip": int(numbers[7])})
+                              "poison": POISONS[int(numbers[6])], "skip": int(numbers[7]),
+                              "band": tuple(map(int, numbers[9:12])) if int(numbers[8]) else None})
     names = ("f32_query", "f32_key", "f64_query", "f64_key", "decode_max", "f32_skip", "f64_skip")
     return dict(zip(names, constants)), tables
 
@@ -88,7 +90,9 @@ def test_the_drivers_harness_cases_are_the_harness_cases(project_root, tmp_path)
         expected.setdefault(name, {
             "name": name, "batch": case.batch, "n_q": case.n_q, "n_k": case.n_k, "d": case.d,
             "d_v": case.d_v, "logit_scale": case.logit_scale,
-            "poison": HARNESS_POISONS[case.poison], "skip": 0})
+            "poison": HARNESS_POISONS[case.poison], "skip": 0,
+            "band": None if case.window is None else (*(-1 if side is None else side for side in case.window),
+                                                      case.sinks)})
     assert tables["harness"] == list(expected.values())
 
 
@@ -143,6 +147,11 @@ def test_the_edge_cases_sit_on_the_kernels_tiles(project_root, tmp_path, macros)
     assert any(e["n_q"] == decode_max + 1 for e in both)   # the first n_q of the query-tile path
     assert {"NAN_Q", "NAN_K", "NAN_V", "INF_Q"} <= {e["poison"] for e in both
                                                       if e["n_q"] == decode_max}
+    # windows: at each precision's tiles (one with a NaN value behind it), and decoding
+    for skip in (constants["f32_skip"], constants["f64_skip"]):
+        banded = [e for e in edges if e["skip"] == skip and e["band"]]
+        assert len(banded) >= 3 and any(e["poison"] == "NAN_V" for e in banded)
+    assert any(e["band"] and e["band"][0] >= 0 and e["n_q"] <= decode_max for e in both)
 
 
 def builder(project_root, monkeypatch):

@@ -20,8 +20,13 @@ enum dtype { F32, F64, BF16, F16, Q8, Q4, N_DTYPES };
 
 enum poison { CLEAN, NAN_Q, NAN_K, NAN_V, INF_Q };
 
+/* The keys each query sees (attention.h): a negative left or right is unbounded. */
+struct band {
+    int64_t left, right, sinks;
+};
+
 /* q (batch, n_q, d), k (batch, n_k, d), v (batch, n_k, d_v) -> out (batch, n_q, d_v);
-   every shape runs causal and not */
+   every shape runs full and causal, and with its own band when it has one */
 struct shape {
     const char *name;
     int64_t batch, n_q, n_k, d, d_v;
@@ -29,6 +34,8 @@ struct shape {
     enum poison poison;     /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head
                                (an int8 or int4 K or V: that row's scales NaN) */
     unsigned skip_dtypes;   /* the types (1u << F32, ...) not to run it at; 0: none */
+    int banded;             /* 1: run with `band` too (a window, sinks) */
+    struct band band;
 };
 
 /* A shape with grouped query heads: batch query heads, batch / group K/V heads (query head h
@@ -45,7 +52,8 @@ struct grouped_shape {
 /* The query-tile path at the edges of one precision's tiles, query_tile rows × key_tile
    keys, at the types that run on those tiles only: a tile, one short of it and one past it in both directions,
    two and one past, and n_q > n_k, which leaves key_tile rows that see no key when causal
-   (and then query_tile + 1 that do). 4 heads, because the kernel shrinks a query tile until
+   (and then query_tile + 1 that do); windows whose left edges cross the key tiles, with
+   sinks spanning more than a key tile and a NaN value behind every window but a few. 4 heads, because the kernel shrinks a query tile until
    all heads give about four tiles per thread (flash_driver_template.h): one thread then
    keeps whole tiles; the calls on more threads cover the shrunk ones. */
 #define TILE_EDGES(dtype, only, query_tile, key_tile)                                            \
@@ -55,7 +63,13 @@ struct grouped_shape {
     {dtype " tiles: two and one past", 4, 2 * (query_tile) + 1, 2 * (key_tile) + 1, 8, 8, 1,     \
      CLEAN, only},                                                                               \
     {dtype " tiles: n_q > n_k (causal: rows that see no key)", 4, (query_tile) + (key_tile) + 1, \
-     (query_tile) + 1, 32, 32, 1, CLEAN, only}
+     (query_tile) + 1, 32, 32, 1, CLEAN, only},                                                  \
+    {dtype " tiles: window (key_tile - 1, 0) + 3 sinks", 4, 2 * (query_tile) + 1,                \
+     2 * (query_tile) + 1, 16, 16, 1, CLEAN, only, 1, {(key_tile) - 1, 0, 3}},                   \
+    {dtype " tiles: window (2, key_tile) + key_tile + 1 sinks, n_q < n_k", 4, (query_tile) + 5,  \
+     (query_tile) + 3 * (key_tile), 16, 16, 1, CLEAN, only, 1, {2, (key_tile), (key_tile) + 1}}, \
+    {dtype " tiles: window (2, 0), NaN in v", 4, (query_tile) + 1, (query_tile) + 1, 8, 8, 1,   \
+     NAN_V, only, 1, {2, 0, 0}}
 
 static const struct shape KERNEL_EDGES[] = {
     /* the split-KV path: n_q <= DECODE_MAX_QUERIES */
@@ -71,6 +85,9 @@ static const struct shape KERNEL_EDGES[] = {
     {"split-KV NaN in k", 2, DECODE_MAX_QUERIES, 900, 16, 16, 1, NAN_K, 0},
     {"split-KV NaN in v", 2, DECODE_MAX_QUERIES, 900, 16, 16, 1, NAN_V, 0},
     {"split-KV Inf in q", 2, DECODE_MAX_QUERIES, 900, 16, 16, 1, INF_Q, 0},
+    /* a window's few queries take the query tiles; a right edge alone, the split-KV path */
+    {"decode with a window (20, 0) + 4 sinks n_k=300", 2, 1, 300, 16, 16, 1, CLEAN, 0, 1, {20, 0, 4}},
+    {"split-KV right edge (none, 5) n_q=3 n_k=300", 2, 3, 300, 16, 16, 1, CLEAN, 0, 1, {-1, 5, 0}},
     /* the query-tile path, from its first n_q to the edges of each precision's tiles */
     {"query tiles: one past split-KV", 1, DECODE_MAX_QUERIES + 1, DECODE_MAX_QUERIES + 1, 8, 8,
      1, CLEAN, 0},

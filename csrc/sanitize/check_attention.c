@@ -9,7 +9,8 @@
    rounded to its own type, and the int8 KV cache, attn_forward_q8, whose K and V it
    dequantises to float32, but whose keys a decode call multiplies as integers by quantised
    queries, on each integer dot-product unit the CPU runs: int8_units_of_path), one thread
-   and all of them, causal and not, over
+   and all of them, full and causal and, for a shape that has one, with its own band (a
+   window and sinks), over
      - the shapes of kernels/harness.py's CASES (batch and heads flattened into one batch;
        their memory layouts are the Python side's business: C always gets C order), from
        harness_cases.h, which `make sanitize` generates from them (harness_cases.py),
@@ -293,10 +294,18 @@ static void *spread_heads(const void *x, size_t size, int64_t heads, int64_t row
     return y;
 }
 
-/* ref (batch, n_q, d_v) = softmax(scale · q kᵀ) v, bottom-right causal, zeros for a row that
-   sees no key; NaN where a NaN or +inf score reaches a row, as kernels/reference.py has it.
-   Query head h reads head h / group of k (batch / group, n_k, d) and v (.., n_k, d_v). */
-static void reference(const struct shape *s, int64_t group, int causal, double scale,
+/* whether query i of n_q sees key j of n_k under band b (attention.h, kernels/band.py) */
+static int sees(const struct band *b, int64_t n_q, int64_t n_k, int64_t i, int64_t j)
+{
+    const int64_t p = i + n_k - n_q;   /* the query's position among the keys */
+    return (b->right < 0 || j <= p + b->right) && (b->left < 0 || j >= p - b->left || j < b->sinks);
+}
+
+/* ref (batch, n_q, d_v) = softmax(scale · q kᵀ) v over the keys each query sees (band b),
+   zeros for a row that sees no key; NaN where a NaN or +inf score reaches a row, as
+   kernels/reference.py has it. Query head h reads head h / group of k (batch / group, n_k,
+   d) and v (.., n_k, d_v). */
+static void reference(const struct shape *s, int64_t group, const struct band *b, double scale,
                       const double *q, const double *k, const double *v, double *ref)
 {
     const int64_t n_q = s->n_q, n_k = s->n_k, d = s->d, d_v = s->d_v;
@@ -306,14 +315,17 @@ static void reference(const struct shape *s, int64_t group, int causal, double s
             const double *qi = q + (h * n_q + i) * d;
             const double *kh = k + h / group * n_k * d, *vh = v + h / group * n_k * d_v;
             double *out = ref + (h * n_q + i) * d_v;
-            const int64_t last = causal ? i + n_k - n_q : n_k - 1;   /* keys j <= last */
-            const int64_t visible = last < 0 ? 0 : last + 1 > n_k ? n_k : last + 1;
             memset(out, 0, (size_t)d_v * sizeof *out);
-            if (visible == 0)
+            int64_t seen = 0;
+            for (int64_t j = 0; j < n_k; j++)
+                seen += sees(b, n_q, n_k, i, j);
+            if (seen == 0)
                 continue;
-            /* pass 1: s_j = scale · q_i · k_j and the row max */
+            /* pass 1: s_j = scale · q_i · k_j and the row max, over the keys it sees */
             double m = -INFINITY;
-            for (int64_t j = 0; j < visible; j++) {
+            for (int64_t j = 0; j < n_k; j++) {
+                if (!sees(b, n_q, n_k, i, j))
+                    continue;
                 double dot = 0;
                 for (int64_t c = 0; c < d; c++)
                     dot += qi[c] * kh[j * d + c];
@@ -323,7 +335,9 @@ static void reference(const struct shape *s, int64_t group, int causal, double s
             }
             /* pass 2: p_j = exp(s_j − m), l = Σ p_j, out = Σ p_j v_j / l */
             double l = 0;
-            for (int64_t j = 0; j < visible; j++) {
+            for (int64_t j = 0; j < n_k; j++) {
+                if (!sees(b, n_q, n_k, i, j))
+                    continue;   /* not even 0 · v: a NaN value reaches only the rows that see it */
                 const double p = exp(scores[j] - m);
                 l += p;
                 for (int64_t c = 0; c < d_v; c++)
@@ -363,12 +377,12 @@ static struct buffer kernel_input(void *p, size_t bytes)
     return b;
 }
 
-/* One shape, causal or not, at one precision: its inputs (as doubles, and as the arrays the
-   kernel reads: the dtype's, K and V with their heads kv_rows apart), the reference output,
-   and the tolerance. */
+/* One shape, with one band (full, causal, or its own), at one precision: its inputs (as
+   doubles, and as the arrays the kernel reads: the dtype's, K and V with their heads kv_rows
+   apart), the reference output, and the tolerance. */
 struct problem {
     const struct shape *s;
-    int causal;
+    struct band band;
     enum dtype t;
     int64_t group, kv_heads, kv_rows;
     double scale, tolerance, v_max;
@@ -432,10 +446,10 @@ static void scaled_kv_input(const struct problem *pr, void *codes, float *scales
 }
 
 static struct problem make_problem(const struct shape *s, int64_t group, int64_t kv_spare,
-                                   int causal, enum dtype t, uint64_t seed)
+                                   struct band band, enum dtype t, uint64_t seed)
 {
     struct problem pr = {
-        .s = s, .causal = causal, .t = t, .group = group, .kv_heads = s->batch / group,
+        .s = s, .band = band, .t = t, .group = group, .kv_heads = s->batch / group,
         .kv_rows = s->n_k + kv_spare,
         .scale = in_dtype(query_type(t), 1 / sqrt((double)s->d)),
         .out_len = (size_t)(s->batch * s->n_q * s->d_v),
@@ -471,7 +485,7 @@ static struct problem make_problem(const struct shape *s, int64_t group, int64_t
     if ((t == Q8 || t == Q4) && s->n_q <= DECODE_MAX_QUERIES)
         quantised_queries(pr.q_t.p, s->batch * s->n_q, s->d, t == Q8 ? s->d : INT4_GROUP, pr.q);
     pr.ref = checked_malloc(pr.out_len * sizeof *pr.ref);
-    reference(s, group, causal, pr.scale, pr.q, pr.k, pr.v, pr.ref);
+    reference(s, group, &pr.band, pr.scale, pr.q, pr.k, pr.v, pr.ref);
     for (size_t i = 0; i < (size_t)(pr.kv_heads * s->n_k * s->d_v); i++)
         if (isfinite(pr.v[i]) && fabs(pr.v[i]) > pr.v_max)
             pr.v_max = fabs(pr.v[i]);
@@ -528,9 +542,10 @@ static void report_failure(const struct problem *pr, int isa, int threads, const
     const struct shape *s = pr->s;
     failures++;
     printf("FAIL %s %s threads=%d %s (batch=%lld group=%lld n_q=%lld n_k=%lld kv_rows=%lld d=%lld "
-           "d_v=%lld)%s: %s\n", ISAS[isa], DTYPE_NAMES[pr->t], threads, s->name, (long long)s->batch,
-           (long long)pr->group, (long long)s->n_q, (long long)s->n_k, (long long)pr->kv_rows,
-           (long long)s->d, (long long)s->d_v, pr->causal ? " causal" : "", what);
+           "d_v=%lld, band left=%lld right=%lld sinks=%lld): %s\n", ISAS[isa], DTYPE_NAMES[pr->t], threads,
+           s->name, (long long)s->batch, (long long)pr->group, (long long)s->n_q, (long long)s->n_k,
+           (long long)pr->kv_rows, (long long)s->d, (long long)s->d_v, (long long)pr->band.left,
+           (long long)pr->band.right, (long long)pr->band.sinks, what);
 }
 
 /* attn_forward_<t> on the problem's kernel inputs; round_out: the 16-bit types' output in
@@ -539,7 +554,8 @@ static int forward(const struct problem *pr, void *out, int round_out, int threa
 {
     const struct shape *s = pr->s;
     const void *q = pr->q_t.p, *k = pr->k_t.p, *v = pr->v_t.p;
-#define SHAPE s->batch, pr->group, s->n_q, s->n_k, pr->kv_rows, s->d, s->d_v, pr->causal
+#define SHAPE s->batch, pr->group, s->n_q, s->n_k, pr->kv_rows, s->d, s->d_v, pr->band.left, pr->band.right, \
+    pr->band.sinks
     switch (pr->t) {
     case F32:
         return attn_forward_f32(q, k, v, out, SHAPE, (float)pr->scale, threads);
@@ -663,16 +679,18 @@ static int int8_units_of_path(const char **units)
     return n;
 }
 
-/* One shape, causal and not, at every type, on every available ISA and thread count; group
-   query heads per K/V head, the K/V heads n_k + kv_spare rows apart. */
+/* One shape, full, causal and with its own band if it has one, at every type, on every
+   available ISA and thread count; group query heads per K/V head, the K/V heads n_k +
+   kv_spare rows apart. */
 static void check_shape(const struct shape *s, int64_t group, int64_t kv_spare, uint64_t seed)
 {
     const double flops = 2.0 * s->batch * s->n_q * s->n_k * (double)(s->d + s->d_v);
-    for (int causal = 0; causal <= 1; causal++)
+    const struct band bands[] = {{-1, -1, 0}, {-1, 0, 0}, s->band};
+    for (int b = 0; b < 2 + s->banded; b++)
         for (enum dtype t = F32; t < N_DTYPES; t++) {
             if (s->skip_dtypes & 1u << t)
                 continue;
-            struct problem pr = make_problem(s, group, kv_spare, causal, t, seed);
+            struct problem pr = make_problem(s, group, kv_spare, bands[b], t, seed);
             for (int isa = 0; isa < N_ISAS; isa++) {
                 if (!isa_available[isa] || !isa_runs_type(isa, t))
                     continue;

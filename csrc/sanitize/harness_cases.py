@@ -4,7 +4,8 @@
 
 writes ``HARNESS_CASES``, an array of check_attention.c's ``struct shape`` (csrc/sanitize/
 cases.h, which the driver includes first), one row per shape of the harness: its causal
-and non-causal twins are one row, since the driver runs every shape both ways. The batch
+and non-causal twins are one row, since the driver runs every shape both ways; a case with
+a window or sinks carries its band (a side that is None: -1), which the driver runs too. The batch
 shape is flattened into one batch (its product) and a layout other than C is run in C order
 (the Python side's business), the name saying so. `make sanitize` runs this with the .venv's
 Python (kernels.harness needs NumPy), so the driver has no hand-made copy to drift.
@@ -34,12 +35,22 @@ def shapes(cases):
                              f"check_attention.c's ({', '.join(map(str, POISONS))}); add it there")
         row = {"name": shape_name(case), "batch": int(case.batch), "n_q": case.n_q, "n_k": case.n_k,
                "d": case.d, "d_v": case.d_v, "logit_scale": float(case.logit_scale),
-               "poison": POISONS[case.poison]}
+               "poison": POISONS[case.poison], "band": band(case)}
         if rows.setdefault(row["name"], row) != row:
             raise ValueError(f"harness cases named {case.name!r} differ in more than causal")
     if not rows:
         raise ValueError("no harness cases")
     return list(rows.values())
+
+
+def band(case):
+    """(left, right, sinks) of a case with a window or sinks, as the C kernel takes them
+    (None: -1, unbounded), or None for full and causal attention (run by every row)."""
+    if case.window is None and not case.sinks:
+        return None
+    if case.causal:
+        raise ValueError(f"harness case {case.name!r}: a window with causal=True; give right = 0 instead")
+    return tuple(-1 if side is None else side for side in (case.band.left, case.band.right)) + (case.band.sinks,)
 
 
 def c_string(text):
@@ -56,10 +67,11 @@ def header(cases):
         "static const struct shape HARNESS_CASES[] = {",
     ]
     for row in shapes(cases):
+        banded = "" if row["band"] is None else ", .banded = 1, .band = {%d, %d, %d}" % row["band"]
         lines.append(
             f"    {{.name = {c_string(row['name'])}, .batch = {row['batch']}, .n_q = {row['n_q']}, "
             f".n_k = {row['n_k']}, .d = {row['d']}, .d_v = {row['d_v']}, "
-            f".logit_scale = {row['logit_scale']!r}, .poison = {row['poison']}}},")
+            f".logit_scale = {row['logit_scale']!r}, .poison = {row['poison']}{banded}}},")
     lines.append("};")
     return "\n".join(lines) + "\n"
 

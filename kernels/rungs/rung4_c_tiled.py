@@ -95,13 +95,20 @@ int8 cache's keys, a group of 32 values at a time with the step's queries quanti
 group (``decode_queries(q, INT4_GROUP)``), the groups' scores added in float; the values
 likewise, a group of columns at a time, for up to 8 query rows per K/V head (dequantised
 into scratch beyond, and on the generic path).
-Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal); decoding is bound
+Cost: time O(B · n_q · n_k · (d + d_v)) (about half of it when causal; with a window of w
+keys and s sinks, O(B · n_q · (w + s + query tile) · (d + d_v))); decoding is bound
 by the bytes read, B_kv · n_k · (d + d_v) elements (int8: plus 8 bytes of scales a row);
 extra memory O(threads · (tile · (d + d_v) + key tile · (d + d_v + panel))): one scratch
 block per thread per call, holding a query tile, its output accumulator, the packed K
 and V tiles and one panel × key tile of scores.
-Causal: query i sees keys j <= i + (n_k - n_q); key tiles no row of a query tile can
-see are skipped, only tiles crossing the diagonal are masked.
+Causal, windows and sinks (``kernels.band``): causal query i sees keys j <= i + (n_k - n_q);
+key tiles no row of a query tile can see are skipped (a window's query tile walks two runs
+of key tiles: the sinks, then the windows), only tiles crossing the diagonal or a window's
+left edge are masked.  A key a query does not see scores -inf; at a window's left edge such
+keys are still summed with weight 0 by the SIMD P·V where their values are finite (0 · v
+adds nothing), and one product at a time where they are not, so that a NaN value reaches
+only the queries that see it.  A window's decode step (n_q <= DECODE_MAX_QUERIES) takes the
+query tiles, not split-KV.
 Sources: csrc/attention.h (interface), csrc/flash_driver_template.h (the algorithm),
 csrc/pool.c (the thread pool),
 csrc/tile_ops_simd_template.h (the SIMD micro-kernels, instantiated per ISA and
@@ -111,6 +118,7 @@ precision by csrc/tile_ops_{avx512,avx2}_{f32,f64}.c), csrc/tile_ops_generic_tem
 import numpy as np
 
 from ..api import ExtensionNotBuilt, kv_layout
+from ..band import Band
 from ..cache_formats import FORMATS
 from ..dtypes import FLOATS
 from ..threads import budget
@@ -134,14 +142,16 @@ _FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_poin
 _F32, _I8, _U8 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8)
 
 
-def run(q, k, v, out, causal, scale):
+def run(q, k, v, out, causal, scale, band=None):
     """q (B, n_q, d) C-contiguous; k (B_kv, n_k, d), v (B_kv, n_k, d_v) with B a multiple of
     B_kv (query head h reads K/V head h // (B // B_kv)), each with C-contiguous rows and
     its heads kv_rows >= n_k rows apart, the same for both (a cache's buffers viewed as
     [:, :n_k]; any other layout is first copied to C order, O(B_kv · n_k · (d + d_v)));
     one dtype of the table, already validated; out (B, n_q, d_v) C-contiguous, of its
     compute type, or for 16-bit inputs (which go to C as their bits) of their own type,
-    each row rounded to nearest even as C stores it.  Writes every element of out."""
+    each row rounded to nearest even as C stores it.  Writes every element of out.  band:
+    the keys each query sees (``kernels.band``; None: full, or causal): the key tiles
+    outside it are skipped."""
     forward, pointer, compute = _FORWARD[q.dtype]
     half = q.dtype.itemsize == 2
     rounded = half and out.dtype == q.dtype
@@ -152,8 +162,8 @@ def run(q, k, v, out, causal, scale):
         q, k, v = (x.view(np.uint16) for x in (q, k, v))
         out = out.view(np.uint16) if rounded else out
     # the 16-bit entry points take round_out after out
-    _call(forward, q, pointer, ((k, pointer), (v, pointer)), v.shape, out, kv_rows, causal, scale,
-          round_out=(int(rounded),) if half else ())
+    _call(forward, q, pointer, ((k, pointer), (v, pointer)), v.shape, out, kv_rows, band or Band.of(causal),
+          scale, round_out=(int(rounded),) if half else ())
 
 
 def run_int8(q, k, k_scale, v, v_scale, out, causal, scale):
@@ -193,7 +203,7 @@ def _run_scaled(forward, name, code_dtype, code_pointer, q, k, k_scale, v, v_sca
         k, k_scale, v, v_scale = map(np.ascontiguousarray, (k, k_scale, v, v_scale))
         kv_rows = k.shape[1]
     _call(forward, q, "float *", ((k, code_pointer), (k_scale, "float *"), (v, code_pointer), (v_scale, "float *")),
-          (*v.shape[:2], out.shape[2]), out, kv_rows, causal, scale)
+          (*v.shape[:2], out.shape[2]), out, kv_rows, Band.of(causal), scale)
 
 
 def _scales_fit(scales, kv_rows):
@@ -206,9 +216,9 @@ def _scales_fit(scales, kv_rows):
             and (heads == 1 or scales.strides[0] == 4 * per_row * kv_rows))
 
 
-def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, causal, scale, round_out=()):
-    """forward(q, *kv, out, *round_out, B, group, n_q, n_k, kv_rows, d, d_v, causal, scale,
-    threads), kv: (array, C pointer type) pairs in forward's order (k, [k_scale,] v,
+def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, band, scale, round_out=()):
+    """forward(q, *kv, out, *round_out, B, group, n_q, n_k, kv_rows, d, d_v, left, right,
+    sinks, scale, threads) (a side of the band that is None: -1, unbounded), kv: (array, C pointer type) pairs in forward's order (k, [k_scale,] v,
     [v_scale]), v_shape (B_kv, n_k, d_v); passed by address (a view with a head stride
     has no contiguous buffer for ffi.from_buffer); the caller's frame keeps them alive for
     the call.  q and out must be C-contiguous (from_buffer refuses them otherwise); out goes
@@ -221,7 +231,8 @@ def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, causal, scale, round
         ffi.cast(q_pointer, ffi.from_buffer(q)),
         *(ffi.cast(pointer, x.ctypes.data) for x, pointer in kv),
         ffi.cast("void *", ffi.from_buffer(out, require_writable=True)), *round_out,
-        batch, batch // kv_heads, n_q, n_k, kv_rows, d, d_v, bool(causal), scale, budget(),
+        batch, batch // kv_heads, n_q, n_k, kv_rows, d, d_v, _side(band.left), _side(band.right), band.sinks,
+        scale, budget(),
     )
     if status < 0:
         raise ValueError(f"c_tiled: K/V heads {kv_rows} rows apart hold fewer than n_k={n_k} keys")
@@ -230,6 +241,11 @@ def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, causal, scale, round
             f"c_tiled: could not allocate per-thread scratch tiles "
             f"(d={d}, d_v={d_v}, threads={budget()})"
         )
+
+
+def _side(side):
+    """A band's side as the C entry points take it: -1 for None (unbounded)."""
+    return -1 if side is None else side
 
 
 def isa():
