@@ -278,7 +278,7 @@ def window(run):
     quadratic = max((n for n in run.param_values(spec.WINDOW_TIME, "seq_len")
                      if any(not missing(window_time(run, kernel, FULL.describe(), n))
                             for kernel in run.kernels(spec.WINDOW_TIME))), default=math.nan)
-    quadratic_text = "not measured" if missing(quadratic) else f"up to n = {quadratic:,}"
+    quadratic_text = "not measured in these results" if missing(quadratic) else f"run up to n = {quadratic:,}"
     peer_band = spec.WINDOW_PEER_BAND.describe()
 
     def draw(path):
@@ -293,8 +293,8 @@ def window(run):
         "Attention sinks (`sinks=s`) keep the first s tokens in view of every query, where a "
         "trained model parks the weight its softmax must put somewhere (StreamingLLM); they cost "
         "s keys per query, not a return to n. "
-        f"Measured ({SHAPE}) on the tiled rungs, one call against n; full and causal attention are "
-        f"run {quadratic_text} (a causal call there takes about a minute on 2 cores, so "
+        f"Measured ({SHAPE}) on the tiled rungs, one call against n; full and causal attention "
+        f"{quadratic_text} (a causal call there takes about a minute on 2 cores, so "
         "asv times it once: no spread).",
         Plot("window_vs_n.png", "Time per call against n, log-log: full, causal and sliding windows per tiled "
              "kernel", draw),
