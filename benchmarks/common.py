@@ -50,16 +50,17 @@ def make_inputs(batch, seq_len, dtype, head_dim=HEAD_DIM, seed=0):
                  for _ in range(3))
 
 
-def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True):
-    """Inputs for one benchmark; NotImplementedError (asv: skip) if the kernel cannot run it.
+def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True, **band):
+    """Inputs for one benchmark; NotImplementedError (asv: skip) if the kernel cannot run it
+    (``band``: a window and sinks, as ``kernels.attention`` takes them).
 
     The warm-up call compiles Numba, loads the C extension and faults in pages, so
     none of that lands inside the timed body.
     """
     q, k, v = make_inputs(batch, seq_len, dtype)
-    check_runs(kernel, q, k, v, causal)
+    check_runs(kernel, q, k, v, causal, **band)
     if warm_up:
-        attention_unheld(q, k, v, kernel=kernel, causal=causal)
+        attention_unheld(q, k, v, kernel=kernel, causal=causal, **band)
     return q, k, v
 
 
@@ -83,9 +84,10 @@ def check_fits(kernel, problem, extra_bytes=0):
         raise NotImplementedError(str(reason)) from None
 
 
-def check_runs(kernel, q, k, v, causal=False):
-    """``check_fits`` for attention on the inputs q, k, v, which exist already."""
-    check_fits(kernel, validate(q, k, v, causal))
+def check_runs(kernel, q, k, v, causal=False, **band):
+    """``check_fits`` for attention on the inputs q, k, v, which exist already (``band``: a
+    window and sinks, which a kernel may not take)."""
+    check_fits(kernel, validate(q, k, v, causal, **band))
 
 
 def side_by_side(baseline, candidate, rounds, work_ratio=1.0):

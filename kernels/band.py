@@ -105,6 +105,15 @@ class Band:
             return "none"
         return "causal" if self == CAUSAL and n_q == n_k else "mask"
 
+    def arguments(self):
+        """The keywords of ``kernels.attention`` that give this band: {} (full),
+        {"causal": True}, or {"window": (left, right), "sinks": sinks}."""
+        if self.full:
+            return {}
+        if self == CAUSAL:
+            return {"causal": True}
+        return {"window": (self.left, self.right), "sinks": self.sinks}
+
     def describe(self):
         """A short name: "full", "causal", "window (128, 0) + 4 sinks", ..."""
         if self.full:

@@ -12,6 +12,7 @@ whatever grid the results hold, so it does not look at ``QUICK``.
 import os
 from dataclasses import dataclass
 
+from .band import CAUSAL, FULL, Band
 from .ceilings import PEAK_BITS
 from .dtypes import FLOATS, HALF, WIDE
 from .registry import PEER_NAMES
@@ -157,6 +158,47 @@ CACHE_FIDELITY_KERNEL = "c_tiled"
 CACHE_ERRORS = ("step", "decode")
 
 
+# Ways out of the quadratic (§11.2): sliding windows and attention sinks, 8 heads, d = 64,
+# float32, on the tiled rungs (those that skip the key tiles outside the band).
+# WindowSeqLen: one call against n for each band (named by Band.describe(), as asv records
+# them); full and causal attention only up to WINDOW_QUADRATIC_MAX (a causal call at 65,536
+# takes about a minute on 2 cores, full two: asv takes one sample of such a call, and the
+# band's GFLOP/s one too, WINDOW_ONE_SAMPLE_FLOPS).  The fixed window of the goals:
+# WINDOW_GOAL_BAND against causal attention at WINDOW_GOAL_SEQ_LEN.
+WINDOW_DTYPE = "float32"
+WINDOW_KERNELS = TILED
+if QUICK:
+    WINDOW_BANDS = (FULL, CAUSAL, Band(128, 0), Band(512, 0, sinks=4))
+    WINDOW_SEQ_LENS = tuple(2**p for p in range(10, 14))     # 1,024 .. 8,192
+    WINDOW_QUADRATIC_MAX = 8192
+else:
+    WINDOW_BANDS = (FULL, CAUSAL, Band(512, 0), Band(2048, 0), Band(4096, 0, sinks=4))
+    WINDOW_SEQ_LENS = tuple(2**p for p in range(13, 18))     # 8,192 .. 131,072
+    WINDOW_QUADRATIC_MAX = 65536
+WINDOW_SHAPES = {band.describe(): band for band in WINDOW_BANDS}
+WINDOW_GOAL_BAND, WINDOW_GOAL_SEQ_LEN = Band(2048, 0), 65536
+WINDOW_RATE_REPEATS = 5
+WINDOW_ONE_SAMPLE_FLOPS = 1e12  # a call of more band flops (20 s at 50 GFLOP/s) is timed once
+
+# BoundedDecode: one token's step (append its key and value, attend its query) on a bounded
+# KVCache(window=BOUNDED_WINDOW, sinks=BOUNDED_SINKS) that has seen N tokens, beside an
+# unbounded cache holding exactly N; BoundedOverUnbounded: the bounded step after N tokens
+# over the unbounded step on a cache of sinks + window tokens (the bytes the bounded one
+# keeps), side by side.  The goal reads the largest N.
+BOUNDED_WINDOW, BOUNDED_SINKS = 4096, 4
+BOUNDED_SEEN = (4100, 16384) if QUICK else (4100, 16384, 100_000)
+BOUNDED_CACHES = ("bounded", "unbounded")
+BOUNDED_ROUNDS = 21  # each round appends a token to both caches: 4,100 + 21 tokens at the end
+
+# WindowPeers: each tiled rung's speed over each peer at one windowed shape, side by side.
+# WINDOW_NATIVE_PEERS take a window of their own (JAX's local_window_size); the others are
+# given the band as an n x n mask (Kernel.window_form says how each takes it).
+WINDOW_PEER_SEQ_LEN = 2048 if QUICK else 8192
+WINDOW_PEER_BAND = Band(128, 0) if QUICK else Band(512, 0)
+WINDOW_NATIVE_PEERS = ("jax_attention",)
+WINDOW_PEER_ROUNDS = 3 if QUICK else 7
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One asv benchmark, named as asv names it ("module.Class.method"), and the names
@@ -215,6 +257,17 @@ CACHE_GENERATE = Benchmark("bench_cache.CacheGenerate.track_seconds", _CACHE)
 CACHE_ERROR = Benchmark("bench_cache.CacheFidelity.track_error", ("cache_dtype", "error"))
 KEY_GRANULARITY = Benchmark("bench_cache.KeyGranularity.track_error", ("keys", "granularity"))
 
+_WINDOW = ("kernel", "seq_len", "shape")
+WINDOW_TIME = Benchmark("bench_window.WindowSeqLen.time_attention", _WINDOW)
+WINDOW_GFLOPS = Benchmark("bench_window.WindowSeqLen.track_band_gflops", _WINDOW)
+WINDOW_MEMORY = Benchmark("bench_window.WindowSeqLen.track_peak_extra_bytes", _WINDOW)
+_BOUNDED = ("kernel", "cache", "seen")
+BOUNDED_STEP = Benchmark("bench_window.BoundedDecode.time_step", _BOUNDED)
+BOUNDED_BYTES = Benchmark("bench_window.BoundedDecode.track_cache_bytes", _BOUNDED)
+BOUNDED_OVER_UNBOUNDED = Benchmark("bench_window.BoundedOverUnbounded.track_time_over_unbounded",
+                                   ("kernel", "seen"))
+WINDOW_PEER_SPEEDUP = Benchmark("bench_window.WindowPeers.track_speedup", ("peer", "kernel"))
+
 # Every benchmark the report reads, in the order its sections use them.
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP, PEER_ACCURACY,
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
@@ -223,6 +276,7 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
               PEAK_FRACTION, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP,
               CACHE_READ_RATE, CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR,
-              KEY_GRANULARITY)
+              KEY_GRANULARITY, WINDOW_TIME, WINDOW_GFLOPS, WINDOW_MEMORY, BOUNDED_STEP, BOUNDED_BYTES,
+              BOUNDED_OVER_UNBOUNDED, WINDOW_PEER_SPEEDUP)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {name: (FLOATS[name].gemm, benchmark) for name, benchmark in (("float32", SGEMM), ("float64", DGEMM))}

@@ -27,6 +27,14 @@ def attention_flops(n_q, n_k, head_dim, head_dim_v=None, batch=1, causal=False, 
     return flops / 2 if causal else flops
 
 
+def band_flops(band, n_q, n_k, head_dim, head_dim_v=None, batch=1):
+    """Floating-point operations of the scores a ``kernels.band.Band`` keeps: 2·(d + d_v)
+    per key each query sees (``Band.seen_keys``), per (batch·head), so 4·d·Σ seen keys for
+    d_v = d.  What a kernel that skips the tiles outside the band must do; O(n_q)."""
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    return 2 * int(band.seen_keys(n_q, n_k).sum()) * (head_dim + head_dim_v) * batch
+
+
 def gflops(seconds, n_q, n_k, head_dim, head_dim_v=None, batch=1, causal=False):
     """Throughput of a call that took ``seconds`` (NaN in, NaN out; a ``spread.Measured``
     time gives a Measured throughput, its quartiles swapped over)."""

@@ -19,6 +19,7 @@ from kernels import KERNELS, bench_spec, costs, fits
 from kernels.output import write_text, write_whole
 from kernels.memory import format_bytes
 from kernels.report import gaps, goals, half, overview, results, roofline, write_report
+from kernels.report import window as window_section
 from kernels.report.peers import worst_peer_speedup
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "asv_results"
@@ -26,7 +27,7 @@ NEWEST_COMMIT = "c0ffee1234567890abcdef1234567890abcdef12"
 OLDER_COMMIT = "01dc0de0000000000000000000000000deadbeef"
 HEADLINE_FLOPS = 4 * 4096 * 4096 * 64 * 8  # one full call: 8 heads, n = 4096, d = 64
 PLOTS = ("time_vs_n.png", "memory_vs_n.png", "throughput_vs_n.png", "model_attention_share.png",
-         "decode_vs_n.png", "peers_gflops_vs_n.png", "roofline.png", "cache_time_vs_bytes.png")
+         "decode_vs_n.png", "peers_gflops_vs_n.png", "roofline.png", "cache_time_vs_bytes.png", "window_vs_n.png")
 
 
 @pytest.fixture(scope="module")
@@ -506,10 +507,11 @@ def test_cache_generate_fidelity_and_key_granularity(report, report_dir):
             for r in csv_rows(report_dir, "key_granularity")] == [("even", 0.037, 0.022), ("outliers", 0.1, 0.038)]
 
 
-def test_the_cache_section_follows_decoding(report):
+def test_the_cache_section_follows_decoding_and_the_window_section_the_cache(report):
     headings = [line for line in report.splitlines() if line.startswith("## ")]
     at = headings.index("## The cache in fewer bytes")
-    assert headings[at - 1].startswith("## Decoding") and headings[at + 1] == "## Startup"
+    assert headings[at - 1].startswith("## Decoding") and headings[at + 1].startswith("## Ways out of the quadratic")
+    assert headings[at + 2] == "## Startup"
 
 
 CACHE_GOAL = ("{} decode speed on {} cache of {} K/V heads over the float32 cache of 8 K/V heads, one query, "
@@ -1040,3 +1042,82 @@ def test_largest_fitting_seq_len_is_exact():
 def test_import_kernels_does_not_import_matplotlib():
     code = "import sys, kernels, kernels.report; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- ways out of the quadratic (bench_window) ----------------------------------------------
+
+def test_window_section_times_against_n_with_what_was_not_measured(report):
+    window = section(report, "Ways out of the quadratic")
+    # the band's flops (4·d·Σ seen keys, 8 heads) over c_tiled's 93 GFLOP/s at n = 8,192
+    flops = costs.band_flops(bench_spec.WINDOW_SHAPES["window (512, 0)"], 8192, 8192, 64, batch=8)
+    assert len(row(window, "c_tiled", "window (512, 0)", f"{flops / 93e9 * 1e3:.3g} ms ±3%")) == 7
+    full = row(window, "c_tiled", "full", f"{costs.attention_flops(8192, 8192, 64, batch=8) / 100e9:.3g} s ±3%")
+    assert full[5] == f"{costs.attention_flops(65536, 65536, 64, batch=8) / 100e9:.3g} s"  # one sample: no spread
+    assert full[6].startswith("not measured: skipped (full and causal attention stop at a smaller n")
+    assert "full and causal attention run up to n = 65,536" in window
+
+
+def test_window_exponents_and_their_spread(report, report_dir):
+    window = section(report, "Ways out of the quadratic")
+    assert row(window, "c_tiled", "full", "2.00", "one sample")[4:] == ["8,192", "65,536", "4"]
+    linear = row(window, "c_tiled", "window (512, 0)", "1.01 ±2%")
+    assert linear[4:] == ["8,192", "131,072", "5"]
+    low, high = map(float, linear[3].split("–"))
+    assert low < 1.01 < high and high - low == pytest.approx(2 * math.log(1.03 / 0.97) / math.log(16), abs=0.01)
+    assert (report_dir / "window_fits.csv").stat().st_size > 0 and (report_dir / "window.csv").stat().st_size > 0
+
+
+def test_window_ratios_throughput_decode_and_peers(report):
+    window = section(report, "Ways out of the quadratic")
+    assert row(window, "c_tiled", "46.3 s")[-1] == "16.42× ±3%"  # causal ÷ window (2048, 0) at 65,536
+    assert row(window, "numba_tiled", "window (512, 0)", "65,536")[3:] == ["30.0 ±3%", "40.0", "75% ±3%"]
+    assert row(window, "c_tiled", "100,000")[2:] == ["870 µs ±2%", "20.5 ms ±2%", "16.0 MiB", "390.6 MiB",
+                                                     "1.03× ±3%"]
+    assert row(window, "jax_attention", "its own window")[3:] == ["0.75× ±4%", "1.50× ±4%"]
+    assert row(window, "onnxruntime_attention", "a mask")[3].startswith("not measured: skipped (not installed")
+
+
+@pytest.mark.parametrize("goal, verdict", [
+    ("c_tiled causal attention ÷ window (2048, 0), time", "met"),
+    ("c_tiled: the distance from 1 of the fitted exponent", "within noise"),
+    ("numba_tiled: the distance from 1 of the fitted exponent", "within noise"),
+    ("c_tiled: a window's band GFLOP/s", "met"),
+    ("numba_tiled: a window's band GFLOP/s", "not met"),
+    ("c_tiled: a decode step on KVCache(window=4096, sinks=4) after 100,000 tokens", "met"),
+    ("numba_tiled: a decode step on KVCache(window=4096, sinks=4) after 100,000 tokens", "within noise"),
+    ("c_tiled: the bounded cache's bytes", "met"),
+    ("c_tiled with a window over every peer taking a window of its own", "met"),
+    ("c_tiled with a window over every peer given the window as an n × n mask", "not met"),
+])
+def test_window_goals(report, goal, verdict):
+    rows = [line for line in section(report, "Goals").splitlines() if line.startswith("| " + goal)]
+    assert len(rows) == 1, goal
+    assert rows[0].split(" | ")[4] == verdict
+
+
+def test_window_section_without_its_results_says_not_measured(tmp_path):
+    """Results without any window benchmark (an older or partial run): the section renders,
+    its goals read n/a, nothing crashes."""
+    shutil.copytree(FIXTURE, tmp_path / "results")
+    path = tmp_path / "results" / "testbox" / "c0ffee12-existing-py.json"
+    data = json.loads(path.read_text())
+    data["results"] = {name: row for name, row in data["results"].items() if not name.startswith("bench_window.")}
+    path.write_text(json.dumps(data))
+    text = write_report(tmp_path / "results", tmp_path / "out").read_text()
+    window = section(text, "Ways out of the quadratic")
+    assert "full and causal attention not measured in these results" in window
+    assert row(window, "torch_sdpa", "a mask")[3:] == ["not measured: not in these results (a quick run measures "
+                                                       "smaller sizes)"] * 2
+    assert row(section(text, "Goals"), "c_tiled causal attention ÷ window (2048, 0), time, 8 heads, n = 65,536, "
+                                       "float32")[1:5] == ["n/a", "n/a", "≥ 13", "n/a"]
+
+
+def test_a_failed_window_case_says_so(results_copy):
+    name = str(bench_spec.WINDOW_TIME)
+    cases = results.load_latest_run(results_copy).select(name)
+    failed = cases.index(next(r for r in cases if r.params == dict(kernel="c_tiled", seq_len=131072,
+                                                                    shape="window (2048, 0)")))
+    edit_json(results_copy / NEWEST_FILE, lambda data: data["results"][name][0].__setitem__(failed, None))
+    window = window_section.window(results.load_latest_run(results_copy))
+    time_table = next(block for block in window.blocks if getattr(block, "name", "") == "window_time")
+    assert row(time_table.markdown(), "c_tiled", "window (2048, 0)")[6] == "not measured: failed (see Gaps)"

@@ -23,7 +23,7 @@ import pathlib
 from ..output import write_text
 from ..output import Table
 from . import (cache, decode, gaps, goals, half, in_context, machines, memory_wall, model, multi_head, overview, peers,
-               roofline, seq_len, side_by_side, startup, thread_scaling, trust)
+               roofline, seq_len, side_by_side, startup, thread_scaling, trust, window)
 from .document import Plot
 from .machines import keep_machine, with_kept_runs
 from .results import load_latest_run
@@ -52,6 +52,7 @@ SECTIONS = (
     roofline.roofline,
     decode.decode,
     cache.cache,
+    window.window,
     startup.startup,
     machines.machines,
     goals.goals,

@@ -26,12 +26,15 @@ from .multi_head import headline_shape, multihead_seconds
 from .peers import peer_speedup, worst_peer_speedup
 from .side_by_side import numpy_speedup, numpy_speedup_seq_len
 from .thread_scaling import thread_counts, thread_gflops
+from .window import (bounded_bytes_growth, bounded_over_unbounded, largest_seen, smallest_band_fraction,
+                     smallest_peer_speedup, window_exponent_error, window_speedup)
 
 
 @dataclass(frozen=True)
 class Goal:
-    """``what`` may name {shape} (the headline's heads and n), {peer}, {numpy_n} and
-    {decode_n} (the largest prefix the cached decode ran)."""
+    """``what`` may name {shape} (the headline's heads and n), {peer}, {numpy_n},
+    {decode_n} (the largest prefix the cached decode ran) and {seen_n} (the most tokens a
+    bounded cache was measured after)."""
 
     what: str
     measure: Callable     # run -> the measured value, NaN when missing
@@ -225,6 +228,34 @@ GOALS = (
     Goal(f"int4 cache: the largest norm-wise relative error of a decode step against float64, over "
          f"{spec.CACHE_FIDELITY_STEPS:,} steps", lambda run: cache_error(run, "int4", "decode"), 0.06, False,
          "4-bit codes, a scale per 32 values: the output must keep its first digit"),
+    Goal(f"c_tiled causal attention ÷ {spec.WINDOW_GOAL_BAND.describe()}, time, {spec.HEADS} heads, "
+         f"n = {spec.WINDOW_GOAL_SEQ_LEN:,}, float32", lambda run: window_speedup(run, "c_tiled"), 13, True,
+         "each query sees at most 2,049 of up to 65,536 keys: 16× fewer scores, less the tiles that straddle "
+         "the window's edge"),
+    *(Goal(f"{kernel}: the distance from 1 of the fitted exponent of time against n, the worst fixed window, "
+           "every n measured",
+           lambda run, kernel=kernel: window_exponent_error(run, kernel), 0.1, False,
+           "a fixed window does O(n·w) work: linear in n, once n is well past w")
+      for kernel in spec.TILED),
+    *(Goal(f"{kernel}: a window's band GFLOP/s ÷ its full attention's, the smallest over the windows, at the "
+           "largest n of full attention", lambda run, kernel=kernel: smallest_band_fraction(run, kernel), target,
+           True, "skipping the tiles outside the band must not slow the ones inside: only the tiles straddling "
+           "its edges are partly masked (Numba, with less control of its loops, a little more)")
+      for kernel, target in (("c_tiled", 0.9), ("numba_tiled", 0.8))),
+    *(Goal(f"{kernel}: a decode step on KVCache(window={spec.BOUNDED_WINDOW}, sinks={spec.BOUNDED_SINKS}) after "
+           "{seen_n} tokens ÷ on an unbounded cache of "
+           f"{spec.BOUNDED_SINKS + spec.BOUNDED_WINDOW:,}, " + SIDE_BY_SIDE,
+           lambda run, kernel=kernel: bounded_over_unbounded(run, kernel), 1.1, False,
+           "a bounded cache reads the same rows whatever it has seen: its step is a cache of that size's")
+      for kernel in spec.TILED),
+    Goal("c_tiled: the bounded cache's bytes after the fewest tokens seen ÷ after the most (1: constant)",
+         lambda run: bounded_bytes_growth(run, "c_tiled"), 1.0, True, "memory constant: the ring never grows"),
+    Goal("c_tiled with a window over every peer taking a window of its own (JAX's local_window_size; the "
+         "smallest ratio), " + SIDE_BY_SIDE, lambda run: smallest_peer_speedup(run, "c_tiled", native=True), 1.2,
+         True, EVERY_PEER + ", with a window too"),
+    Goal("c_tiled with a window over every peer given the window as an n × n mask (the smallest ratio), "
+         + SIDE_BY_SIDE, lambda run: smallest_peer_speedup(run, "c_tiled", native=False), 3.0, True,
+         "a mask still costs O(n²): at n = 8,192 and a window of 512 the tiles a window skips are most of the work"),
     Goal("tiny call (one head, n = 64): c_tiled speed over {peer}, all threads, " + SIDE_BY_SIDE,
          _over(spec.PEER, "c_tiled", "tiny", spec.DECODE_DTYPE), 2.0, True,
          "a call this small should not wake a thread pool: a fixed cost of microseconds"),
@@ -281,7 +312,7 @@ GOALS = (
 def goals(run):
     fields = dict(shape=headline_shape(run), peer=spec.PEER,
                   numpy_n=text(numpy_speedup_seq_len(run), fmt_count),
-                  decode_n=text(_largest_decode(run), fmt_count))
+                  decode_n=text(_largest_decode(run), fmt_count), seen_n=text(largest_seen(run), fmt_count))
     rows = []
     for goal in GOALS:
         measured = goal.measure(run)
