@@ -13,7 +13,7 @@ import numpy as np
 from . import bench_run, dtypes, harness, output, threads
 from .api import ExtensionNotBuilt, attention, planned, unable_calls
 from .band import Band
-from .costs import attention_flops
+from .costs import attention_flops, band_flops
 from .registry import KERNELS
 
 # left out of timing's default set, saying so: pure-Python loops, slow and size-capped
@@ -156,7 +156,9 @@ def cmd_timing(args):
     for n in args.seq_len:
         shape = (args.heads, n, args.head_dim)
         q, k, v = (rng.standard_normal(shape, dtype=dtype) for _ in range(3))
-        flops = attention_flops(n, n, args.head_dim, batch=args.heads, causal=args.causal, band=_band(args))
+        band = _band(args)
+        flops = (band_flops(band, n, n, args.head_dim, batch=args.heads) if band.windowed
+                 else attention_flops(n, n, args.head_dim, batch=args.heads, causal=args.causal))
         row = [str(n)]
         for name in names:
             if (n, name) in unable:

@@ -11,18 +11,14 @@ from .registry import KERNELS
 from .spread import quotient
 
 
-def attention_flops(n_q, n_k, head_dim, head_dim_v=None, batch=1, causal=False, band=None):
+def attention_flops(n_q, n_k, head_dim, head_dim_v=None, batch=1, causal=False):
     """Floating-point operations of one call: 2·n_q·n_k·d for S = Q Kᵀ plus 2·n_q·n_k·d_v
     for P V, per (batch·head); d_v defaults to d, which gives the usual 4·n_q·n_k·d.
 
     Causal counts half, by convention (a square causal call computes n(n+1)/2 scores);
-    the exp and the other softmax work are not counted.  With a ``band`` that has a window
-    (``kernels.band``), only its scores count: Σ_i seen_keys_i in place of n_q·n_k, what a
-    kernel that skips the rest must do (O(n_q) to count).
+    the exp and the other softmax work are not counted (a window's: ``band_flops``).
     """
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
-    if band is not None and band.windowed:
-        return 2 * float(band.seen_keys(n_q, n_k).sum()) * (head_dim + head_dim_v) * batch
     flops = 2 * n_q * n_k * (head_dim + head_dim_v) * batch
     return flops / 2 if causal else flops
 
