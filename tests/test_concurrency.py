@@ -102,14 +102,14 @@ def child(kernel_names, n_threads, calls_per_kernel):
         A run that finds itself alone waits (up to PAIR_WAIT) for a second one to arrive,
         so that two runs start together: on a loaded machine the barrier alone let a fast
         kernel's calls go one after another, and then nothing was tested."""
-        def counted_run(*args):
+        def counted_run(*args, **kwargs):
             with arrived:
                 in_flight[name] += 1
                 most_in_flight[name] = max(most_in_flight[name], in_flight[name])
                 arrived.notify_all()
                 arrived.wait_for(lambda: in_flight[name] >= 2, timeout=PAIR_WAIT)
             try:
-                return run(*args)
+                return run(*args, **kwargs)
             finally:
                 with lock:
                     in_flight[name] -= 1

@@ -64,7 +64,7 @@ def test_cli_verify_passes_and_fails_with_status(capsys, monkeypatch):
     assert cli.main(["verify", "--kernel", "numpy"]) == 0
     assert " 0 failed" in capsys.readouterr().out
 
-    def zeros(q, k, v, out, causal, scale):
+    def zeros(q, k, v, out, causal, scale, band=None):
         out[...] = 0.0
 
     monkeypatch.setattr(kernels.KERNELS["numpy"].implementation, "run", zeros)
