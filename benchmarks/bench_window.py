@@ -21,15 +21,24 @@ tokens over the unbounded step on a cache of sinks + window tokens, side by side
 side) at one windowed shape; the peers take the band as their library allows
 (``Kernel.window_form``): JAX by its local_window_size, the others by an n × n mask.
 
-A kernel that does not take a window (``Kernel.band_refusal``), a peer not installed, or a
-call that would not fit in memory is skipped, saying so (``check_fits``).
+``WindowFidelity``: what a window costs a model trained with full attention: all-MiniLM-L6-v2's
+embeddings with every layer's attention windowed, with or without [CLS] as a sink, against its
+full-attention embeddings (``kernels.models.fidelity``), the mean and smallest cosine over the
+bundled sentences or paragraphs.  Not timed, as ``HalfFidelity``: one round.
+
+A kernel that does not take a window (``Kernel.band_refusal``), a peer not installed, the model
+not installed (``make model``), or a call that would not fit in memory is skipped, saying so
+(``check_fits``).
 """
+import numpy as np
+
 import kernels
 from kernels import bench_spec as spec
 from kernels.api import attention_unheld, planned
 from kernels.costs import band_flops
 from kernels.memory import peak_extra_bytes
 
+from .bench_model import load_model
 from .common import check_fits, check_runs, make_inputs, prepare, rate_samples, side_by_side
 
 WARM_UP_SEQ_LEN = 1024  # a quadratic call at the largest n is warmed up on this n instead
@@ -187,3 +196,39 @@ class WindowPeers:
         return side_by_side(self.peer_call, self.call, spec.WINDOW_PEER_ROUNDS)
 
     track_speedup.unit = "times"
+
+
+class WindowFidelity:
+    """cosine(MiniLM's embedding with every layer's attention windowed to (width, width), the
+    first ``sinks`` tokens ([CLS] for 1) in view besides; its full-attention embedding) over
+    ``texts``: the 30 bundled sentences (5-23 tokens) or the 5 paragraphs of six of them
+    (67-95 tokens), on WINDOW_FIDELITY_KERNEL, on the suite's thread budget.
+
+    Not timed: the cosines are the same on every run of a commit (but for the BLAS's
+    summation order), so one round.  Setup computes them, (len(texts),): two forward passes
+    per text (``fidelity.window_cosines``; 2-10 s a case on 2 busy CPUs), which the two
+    track_ methods read."""
+
+    params = [list(spec.WINDOW_FIDELITY_TEXTS), list(spec.WINDOW_FIDELITY_WIDTHS), list(spec.WINDOW_FIDELITY_SINKS)]
+    param_names = ["texts", "width", "sinks"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 600
+
+    def setup(self, texts, width, sinks):
+        minilm, _ = load_model()
+        from kernels.models import fidelity
+
+        chosen = {"sentences": fidelity.sentences, "paragraphs": fidelity.paragraphs}[texts]()
+        longest = max(map(minilm.token_count, chosen))  # a layer's attention: (12 heads, n, 32)
+        check_runs(spec.WINDOW_FIDELITY_KERNEL, *(np.empty((minilm.HEADS, longest, 32), np.float32),) * 3,
+                   window=(width, width), sinks=sinks)
+        self.cosines = fidelity.window_cosines(spec.WINDOW_FIDELITY_KERNEL, width, chosen, sinks)
+
+    def track_mean_cosine(self, texts, width, sinks):
+        return float(self.cosines.mean())
+
+    track_mean_cosine.unit = "cosine"
+
+    def track_min_cosine(self, texts, width, sinks):
+        return float(self.cosines.min())
+
+    track_min_cosine.unit = "cosine"

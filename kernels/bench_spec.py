@@ -58,6 +58,7 @@ WALL_CAUSAL = True
 # any n on random hidden states (no position table needed); the whole forward pass, on
 # random token ids, only up to the model's 512 positions.
 MODEL_WIDTH = 384
+MODEL_LAYERS = 6  # a window of ±w in each reaches 6·w tokens through them all
 MODEL_LAYER_SEQ_LENS = (512, 4096) if QUICK else (128, 256, 512, 1024, 2048, 4096, 8192)
 MODEL_LAYER_REPEATS = 3 if QUICK else 5  # each part timed in turn, so many times
 MODEL_FORWARD_SEQ_LENS = (64, 512) if QUICK else (64, 128, 256, 512)
@@ -198,6 +199,17 @@ WINDOW_PEER_BAND = Band(128, 0) if QUICK else Band(512, 0)
 WINDOW_NATIVE_PEERS = ("jax_attention",)
 WINDOW_PEER_ROUNDS = 3 if QUICK else 7
 
+# WindowFidelity: what a window costs a model trained with full attention: all-MiniLM-L6-v2's
+# embeddings with every layer's attention windowed to (w, w), with the first s tokens in view
+# besides (s = 1: [CLS], one attention sink) or not, against its full-attention embeddings
+# (``kernels.models.fidelity.window_cosines``), on the 30 bundled sentences (5-23 tokens) and
+# on the 5 paragraphs made of them (67-95 tokens): the mean and the smallest cosine.  A case
+# takes seconds, so a quick run keeps the grid.
+WINDOW_FIDELITY_KERNEL = "c_tiled"
+WINDOW_FIDELITY_TEXTS = ("sentences", "paragraphs")
+WINDOW_FIDELITY_WIDTHS = (2, 8, 32)
+WINDOW_FIDELITY_SINKS = (0, 1)
+
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -267,6 +279,9 @@ BOUNDED_BYTES = Benchmark("bench_window.BoundedDecode.track_cache_bytes", _BOUND
 BOUNDED_OVER_UNBOUNDED = Benchmark("bench_window.BoundedOverUnbounded.track_time_over_unbounded",
                                    ("kernel", "seen"))
 WINDOW_PEER_SPEEDUP = Benchmark("bench_window.WindowPeers.track_speedup", ("peer", "kernel"))
+_WINDOW_FIDELITY = ("texts", "width", "sinks")
+WINDOW_MEAN_COSINE = Benchmark("bench_window.WindowFidelity.track_mean_cosine", _WINDOW_FIDELITY)
+WINDOW_MIN_COSINE = Benchmark("bench_window.WindowFidelity.track_min_cosine", _WINDOW_FIDELITY)
 
 # Every benchmark the report reads, in the order its sections use them.
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP, PEER_ACCURACY,
@@ -277,6 +292,6 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               PEAK_FRACTION, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP,
               CACHE_READ_RATE, CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR,
               KEY_GRANULARITY, WINDOW_TIME, WINDOW_GFLOPS, WINDOW_MEMORY, BOUNDED_STEP, BOUNDED_BYTES,
-              BOUNDED_OVER_UNBOUNDED, WINDOW_PEER_SPEEDUP)
+              BOUNDED_OVER_UNBOUNDED, WINDOW_PEER_SPEEDUP, WINDOW_MEAN_COSINE, WINDOW_MIN_COSINE)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).
 GEMM = {name: (FLOATS[name].gemm, benchmark) for name, benchmark in (("float32", SGEMM), ("float64", DGEMM))}

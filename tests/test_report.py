@@ -1095,6 +1095,35 @@ def test_window_goals(report, goal, verdict):
     assert rows[0].split(" | ")[4] == verdict
 
 
+def test_what_a_window_costs_minilm(report, report_dir):
+    """The fixture's WindowFidelity cosines (README): rows width × sinks, each set of texts'
+    mean and smallest cosine, the reach of six layers of the window beside them."""
+    window = section(report, "Ways out of the quadratic")
+    assert "What a window costs MiniLM" in window and "6 layers of ±w reach 6·w tokens" in window
+    assert "StreamingLLM found for decoders" in window
+    assert row(window, "±2 tokens", "none") == ["±2 tokens", "none", "±12 tokens", "0.580", "0.360", "0.240",
+                                                "0.090"]
+    assert row(window, "±8 tokens", "[CLS]")[2:] == ["±48 tokens", "0.980", "0.950", "0.840", "0.750"]
+    assert row(window, "±32 tokens", "[CLS]")[3:] == ["1.000", "1.000", "0.960", "0.930"]
+    fidelity = csv_rows(report_dir, "window_fidelity")
+    assert len(fidelity) == 6 and float(csv_row(fidelity, width="2", sinks="1")["paragraphs_mean_cosine"]) == 0.71
+
+
+def test_window_fidelity_skipped_without_the_model_says_why(results_copy):
+    """asv records a skip (the model not installed) as NaN: each cell says so."""
+    def skipped(data):
+        for method in ("track_mean_cosine", "track_min_cosine"):
+            cases = data["results"][f"bench_window.WindowFidelity.{method}"][0]
+            cases[:] = [math.nan] * len(cases)
+
+    edit_json(results_copy / NEWEST_FILE, skipped)
+    window = window_section.window(results.load_latest_run(results_copy))
+    table = next(block for block in window.blocks if getattr(block, "name", "") == "window_fidelity")
+    cells = row(table.markdown(), "±8 tokens", "none")[3:]
+    assert cells == ["not measured: skipped (all-MiniLM-L6-v2 was not installed (`make model`), or c_tiled took "
+                     "no window, when this ran)"] * 4
+
+
 def test_window_section_without_its_results_says_not_measured(tmp_path):
     """Results without any window benchmark (an older or partial run): the section renders,
     its goals read n/a, nothing crashes."""
@@ -1108,6 +1137,8 @@ def test_window_section_without_its_results_says_not_measured(tmp_path):
     assert "full and causal attention not measured in these results" in window
     assert row(window, "torch_sdpa", "a mask")[3:] == ["not measured: not in these results (a quick run measures "
                                                        "smaller sizes)"] * 2
+    assert row(window, "±8 tokens", "[CLS]", "±48 tokens")[3:] == ["not measured: not in these results (a quick "
+                                                                   "run measures smaller sizes)"] * 4
     assert row(section(text, "Goals"), "c_tiled causal attention ÷ window (2048, 0), time, 8 heads, n = 65,536, "
                                        "float32")[1:5] == ["n/a", "n/a", "≥ 13", "n/a"]
 

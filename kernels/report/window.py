@@ -1,9 +1,10 @@
 """The section "Ways out of the quadratic" (``bench_window``: ``WindowSeqLen``,
-``BoundedDecode``, ``BoundedOverUnbounded``, ``WindowPeers``): §11.2's first answer to the
-O(n²) wall.  A sliding window lets each query see its w newest keys: O(n·w) time for a
-kernel that skips the tiles outside the band, at the price of everything further back
-(attention sinks give back the first few tokens); a bounded KV cache is the same idea
-when decoding, constant time and bytes per token however long the text.
+``BoundedDecode``, ``BoundedOverUnbounded``, ``WindowPeers``, ``WindowFidelity``): §11.2's
+first answer to the O(n²) wall.  A sliding window lets each query see its w newest keys:
+O(n·w) time for a kernel that skips the tiles outside the band, at the price of everything
+further back (attention sinks give back the first few tokens), which ``WindowFidelity``
+prices on a trained model; a bounded KV cache is the same idea when decoding, constant time
+and bytes per token however long the text.
 
 Every figure a goal reads is measured here: ``window_speedup``, ``window_exponent_error``,
 ``band_fraction``, ``bounded_over_unbounded``, ``bounded_bytes_growth`` and
@@ -28,6 +29,8 @@ SHAPE = f"{spec.HEADS} heads, d = {spec.HEAD_DIM}, {spec.WINDOW_DTYPE}"
 GOAL_SHAPE = spec.WINDOW_GOAL_BAND.describe()
 NO_WINDOW = "the kernel took no window when this ran"
 NOT_INSTALLED = "not installed, or the kernel took no window when this ran"
+NO_MODEL = f"all-MiniLM-L6-v2 was not installed (`make model`), or {spec.WINDOW_FIDELITY_KERNEL} took no window, " \
+           "when this ran"
 
 
 def not_measured(run, benchmark, skipped_because, **params):
@@ -272,6 +275,27 @@ def peers_table(run):
         *(Column(f"over_{kernel}", f"its time ÷ {kernel}'s", _shown(fmt_ratio)) for kernel in kernels)), rows)
 
 
+def fidelity_table(run):
+    """One row per (width, sinks): MiniLM's mean and smallest embedding cosine to full
+    attention over the sentences and over the paragraphs (``WindowFidelity``)."""
+    widths = run.param_values(spec.WINDOW_MEAN_COSINE, "width") or list(spec.WINDOW_FIDELITY_WIDTHS)
+    sinks = run.param_values(spec.WINDOW_MEAN_COSINE, "sinks") or list(spec.WINDOW_FIDELITY_SINKS)
+    cosines = {spec.WINDOW_MEAN_COSINE: ("mean_cosine", "mean cosine"),
+               spec.WINDOW_MIN_COSINE: ("min_cosine", "smallest")}
+    cells = [(texts, benchmark) for texts in spec.WINDOW_FIDELITY_TEXTS for benchmark in cosines]
+    rows = [[width, sink, spec.MODEL_LAYERS * width]
+            + [_or_reason(run.value(benchmark, texts=texts, width=width, sinks=sink), run, benchmark, NO_MODEL,
+                          texts=texts, width=width, sinks=sink) for texts, benchmark in cells]
+            for width in widths for sink in sinks]
+    cosine = _shown(lambda value: f"{value:.3f}")
+    return Table("window_fidelity", (
+        Column("width", "window", lambda width: f"±{width} tokens"),
+        Column("sinks", "sink", lambda sink: "[CLS]" if sink else "none"),
+        Column("reach", f"reach through {spec.MODEL_LAYERS} layers", lambda reach: f"±{reach} tokens"),
+        *(Column(f"{texts}_{cosines[benchmark][0]}", f"{texts}: {cosines[benchmark][1]}", cosine)
+          for texts, benchmark in cells)), rows)
+
+
 # -- the section ------------------------------------------------------------------------------
 
 def window(run):
@@ -308,6 +332,21 @@ def window(run):
         f"{GOAL_SHAPE}'s (each query sees at most 2,049 keys instead of up to "
         f"{spec.WINDOW_GOAL_SEQ_LEN:,}; the ideal is about 16×):",
         speedup_table(run),
+        "What a window costs MiniLM: all-MiniLM-L6-v2 was trained with full attention; here each of "
+        f"its {spec.MODEL_LAYERS} layers lets every token see only the w tokens on either side of it (a "
+        f"window (w, w), on {spec.WINDOW_FIDELITY_KERNEL}), and its sentence embeddings are compared with "
+        "its own full-attention ones by their cosine (1: unchanged; users compare these embeddings by "
+        "cosine, so 1 − cosine is the error they see). What a token cannot see in one layer it can "
+        f"still hear of through its neighbours in the next, so {spec.MODEL_LAYERS} layers of ±w reach "
+        f"{spec.MODEL_LAYERS}·w tokens, passed on from token to token; anything further is lost. The 30 "
+        "bundled sentences have 5 to 23 tokens, so a window of ±32 is full attention on them; the 5 "
+        "paragraphs (six sentences each, 67 to 95 tokens) are where a small window leaves most of the "
+        "text out of reach. Keeping the first token, [CLS], in view of every token (one attention "
+        "sink) gives most of it back: a trained model parks much of its attention on [CLS] when a "
+        "token has nothing better to look at, and a window that hides it moves every token's output, "
+        "as StreamingLLM found for decoders (whose first tokens play that part). The mean and the "
+        "smallest cosine over each set of texts (`WindowFidelity`):",
+        fidelity_table(run),
         "Does skipping tiles keep the arithmetic units busy? The band's GFLOP/s (4·d·Σ seen keys per "
         "head: only the scores the band keeps) against the same kernel's full attention, at the "
         "largest n where full attention ran. A window loses the tiles that straddle its edges (half "
