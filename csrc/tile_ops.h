@@ -22,12 +22,15 @@
    Each panel is contiguous, so a micro-kernel walks its operand linearly. rows_pad is a
    multiple of query_panel; key_cap >= keys rounded up to KEY_BLOCK.
 
-   visible[r] is how many leading keys of the tile query r sees: all of them except on the
-   causal diagonal. Keys beyond it must not touch row r, not even with weight 0, so that a
-   NaN or Inf in a masked key's value cannot leak into the row; the driver has already set
-   those scores to −inf. panel_keys[p] is the most any query of panel p sees: Sᵀ rows beyond
-   it are neither computed nor read, which spares the fully masked part of a causal
-   diagonal tile.
+   visible[r] is where the keys of the tile query r sees end: all of them except on the
+   causal diagonal (or a right edge). Keys beyond it must not touch row r, not even with
+   weight 0, so that a NaN or Inf in a masked key's value cannot leak into the row; the
+   driver has already set those scores to −inf. Keys before it that row r does not see (left
+   of a window's edge) score −inf too and are summed with weight 0: the driver calls pv_tile
+   only when their values are finite, and sums the panel itself otherwise
+   (flash_driver_template.h, pv_panel_exact). panel_keys[p] is the most any query of panel p
+   sees: Sᵀ rows beyond it are neither computed nor read, which spares the fully masked part
+   of a causal diagonal tile.
 
    The row operations serve the split-KV (decode) path, where a head has too few queries
    to fill a panel: up to ROW_GROUP query rows Q (rows, d) that see the same keys (a group's
@@ -38,10 +41,11 @@
      S (rows, s_stride) = scale · Q · Kᵀ (keys, d)                     qk_rows
      online softmax of one row of S as above                            online_softmax_row
      acc_r (d_v) = alpha_r · acc_r + p_rᵀ V (keys, d_v), for each row   pv_rows
-   Every key of the block is one the rows see: the driver cuts the block at their causal
-   limit, so a masked key is never read.  Each also takes a read-ahead: bytes of
-   the next block (struct read_ahead) that it fetches into L2 a few lines per step of its
-   loop over the keys, so that memory is busy while it computes on cached rows. */
+   Every key of the block is one the rows see: the driver cuts the block at their right
+   edge (the bands of the split-KV path have no left one), so a masked key is never read.
+   Each also takes a read-ahead: bytes of the next block (struct read_ahead) that it fetches
+   into L2 a few lines per step of its loop over the keys, so that memory is busy while it
+   computes on cached rows. */
 #ifndef ATTNBENCH_TILE_OPS_H
 #define ATTNBENCH_TILE_OPS_H
 

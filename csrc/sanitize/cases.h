@@ -37,6 +37,9 @@ struct shape {
     int banded;             /* 1: run with `band` too (a window, sinks) */
     struct band band;
 };
+/* A shape without a band of its own leaves banded and band out of its initializer: zero, as
+   C has it, which -Wextra's -Wmissing-field-initializers would report line by line. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 /* A shape with grouped query heads: batch query heads, batch / group K/V heads (query head h
    reads K/V head h / group), the K/V heads n_k + kv_spare rows apart (a cache's spare
