@@ -357,16 +357,28 @@ static int SUFFIX(count_visible)(const struct shape *sh, int sinks_run, int64_t 
                                  int64_t keys, int64_t rows_pad, int64_t panel, int32_t *first,
                                  int32_t *visible, int32_t *panel_keys, int32_t *panel_first)
 {
+    /* Both ends of a run never decrease with the query: when the first query's run ends
+       after the tile and the last one's starts before it, every query sees all of it (all
+       of full attention's tiles, most of a band's), and no query's ends need working out. */
+    int64_t lo, hi, first_hi;
+    run_keys(sh, sinks_run, i0, &lo, &first_hi);
+    run_keys(sh, sinks_run, i0 + rows_pad - 1, &lo, &hi);
+    const int whole = first_hi >= j0 + keys && lo <= j0;
     int masked = 0;
-    for (int64_t r = 0; r < rows_pad; r++) {
-        int64_t lo, hi;
-        run_keys(sh, sinks_run, i0 + r, &lo, &hi);
-        lo = clamp_i64(lo - j0, 0, keys);
-        hi = clamp_i64(hi - j0, 0, keys);
-        first[r] = (int32_t)(lo < hi ? lo : 0);
-        visible[r] = (int32_t)(lo < hi ? hi : 0);
-        masked |= visible[r] < keys || first[r] > 0;
-    }
+    if (whole)
+        for (int64_t r = 0; r < rows_pad; r++) {
+            first[r] = 0;
+            visible[r] = (int32_t)keys;
+        }
+    else
+        for (int64_t r = 0; r < rows_pad; r++) {
+            run_keys(sh, sinks_run, i0 + r, &lo, &hi);
+            lo = clamp_i64(lo - j0, 0, keys);
+            hi = clamp_i64(hi - j0, 0, keys);
+            first[r] = (int32_t)(lo < hi ? lo : 0);
+            visible[r] = (int32_t)(lo < hi ? hi : 0);
+            masked |= visible[r] < keys || first[r] > 0;
+        }
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
         int32_t most = 0, most_left_out = 0;
         for (int64_t r = r0; r < r0 + panel; r++) {
