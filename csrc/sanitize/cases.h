@@ -26,7 +26,7 @@ struct band {
 };
 
 /* q (batch, n_q, d), k (batch, n_k, d), v (batch, n_k, d_v) -> out (batch, n_q, d_v);
-   every shape runs full and causal, and with its own band when it has one */
+   every shape runs full and causal, or with its own band when it has one */
 struct shape {
     const char *name;
     int64_t batch, n_q, n_k, d, d_v;
@@ -34,7 +34,7 @@ struct shape {
     enum poison poison;     /* NaN or Inf at row min(3, rows - 1), column 1 % columns, every head
                                (an int8 or int4 K or V: that row's scales NaN) */
     unsigned skip_dtypes;   /* the types (1u << F32, ...) not to run it at; 0: none */
-    int banded;             /* 1: run with `band` too (a window, sinks) */
+    int banded;             /* 1: run with `band` (a window, sinks) instead */
     struct band band;
 };
 /* A shape without a band of its own leaves banded and band out of its initializer: zero, as

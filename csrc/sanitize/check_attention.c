@@ -9,8 +9,8 @@
    rounded to its own type, and the int8 KV cache, attn_forward_q8, whose K and V it
    dequantises to float32, but whose keys a decode call multiplies as integers by quantised
    queries, on each integer dot-product unit the CPU runs: int8_units_of_path), one thread
-   and all of them, full and causal and, for a shape that has one, with its own band (a
-   window and sinks), over
+   and all of them, full and causal, or with its own band (a window and sinks) for a shape
+   that has one, over
      - the shapes of kernels/harness.py's CASES (batch and heads flattened into one batch;
        their memory layouts are the Python side's business: C always gets C order), from
        harness_cases.h, which `make sanitize` generates from them (harness_cases.py),
@@ -679,14 +679,16 @@ static int int8_units_of_path(const char **units)
     return n;
 }
 
-/* One shape, full, causal and with its own band if it has one, at every type, on every
-   available ISA and thread count; group query heads per K/V head, the K/V heads n_k +
-   kv_spare rows apart. */
+/* One shape, full and causal, or with its own band if it has one (a window and sinks: full
+   and causal attention have shapes enough of their own), at every type, on every available
+   ISA and thread count; group query heads per K/V head, the K/V heads n_k + kv_spare rows
+   apart. */
 static void check_shape(const struct shape *s, int64_t group, int64_t kv_spare, uint64_t seed)
 {
     const double flops = 2.0 * s->batch * s->n_q * s->n_k * (double)(s->d + s->d_v);
-    const struct band bands[] = {{-1, -1, 0}, {-1, 0, 0}, s->band};
-    for (int b = 0; b < 2 + s->banded; b++)
+    const struct band plain[] = {{-1, -1, 0}, {-1, 0, 0}};
+    const struct band *bands = s->banded ? &s->band : plain;
+    for (int b = 0; b < (s->banded ? 1 : 2); b++)
         for (enum dtype t = F32; t < N_DTYPES; t++) {
             if (s->skip_dtypes & 1u << t)
                 continue;

@@ -5,7 +5,7 @@
 writes ``HARNESS_CASES``, an array of check_attention.c's ``struct shape`` (csrc/sanitize/
 cases.h, which the driver includes first), one row per shape of the harness: its causal
 and non-causal twins are one row, since the driver runs every shape both ways; a case with
-a window or sinks carries its band (a side that is None: -1), which the driver runs too. The batch
+a window or sinks carries its band (a side that is None: -1), which the driver runs instead. The batch
 shape is flattened into one batch (its product) and a layout other than C is run in C order
 (the Python side's business), the name saying so. `make sanitize` runs this with the .venv's
 Python (kernels.harness needs NumPy), so the driver has no hand-made copy to drift.
