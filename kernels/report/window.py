@@ -87,19 +87,17 @@ def exponent(run, kernel, shape):
     return fit, exponent_with_spread(fit, seq_lens, seconds)
 
 
-def window_exponent_error(run, kernel):
-    """The largest |b − 1| of the windows' fitted time exponents: a fixed window is O(n).
-    Its range runs from the closest to 1 of the exponent's interval to the farthest."""
-    errors = []
-    for shape in windows(run):
-        b = exponent(run, kernel, shape)[1]
-        if missing(b):
-            continue
-        low, high = bounds(b)
-        closest = 0.0 if low <= 1 <= high else min(abs(low - 1), abs(high - 1))
-        errors.append(Measured(abs(b - 1), min(closest, abs(b - 1)), max(abs(low - 1), abs(high - 1), abs(b - 1)),
-                               getattr(b, "n", 1)))
-    return max(errors, key=float) if errors else math.nan
+def window_exponent_error(run, kernel, shape=GOAL_SHAPE):
+    """|b − 1| of the window's fitted time exponent (default: the goals' window): a fixed
+    window is O(n) once n is well past it.  Its range runs from the closest to 1 of the
+    exponent's interval to the farthest."""
+    b = exponent(run, kernel, shape)[1]
+    if missing(b):
+        return math.nan
+    low, high = bounds(b)
+    closest = 0.0 if low <= 1 <= high else min(abs(low - 1), abs(high - 1))
+    return Measured(abs(b - 1), min(closest, abs(b - 1)), max(abs(low - 1), abs(high - 1), abs(b - 1)),
+                    getattr(b, "n", 1))
 
 
 def band_gflops(run, kernel, shape, seq_len):
@@ -117,13 +115,6 @@ def band_fraction(run, kernel, shape, seq_len=None):
     (default: the largest n where full attention ran)."""
     seq_len = full_seq_len(run, kernel) if seq_len is None else seq_len
     return ratio(band_gflops(run, kernel, shape, seq_len), band_gflops(run, kernel, FULL.describe(), seq_len))
-
-
-def smallest_band_fraction(run, kernel):
-    """The smallest ``band_fraction`` over the windows measured."""
-    fractions = [band_fraction(run, kernel, shape) for shape in windows(run)]
-    fractions = [value for value in fractions if not missing(value)]
-    return min(fractions, key=float) if fractions else math.nan
 
 
 def largest_seen(run):
