@@ -36,12 +36,13 @@ $(VENV)/.installed: $(PY) $(SOURCES)
 	$(PY) -m pip install --quiet -e ".[test,bench]"
 	@touch $@
 
-# Numba checks a cached kernel against its own source file only, and the SIMD helpers
-# compiled into numba_tiled live in rung3_numba_simd.py: a change there drops the cached kernels
-# (when there are any).
+# Numba checks a cached kernel against its own source file only, and the helpers compiled
+# into numba_tiled live in rung3_numba_simd.py and rung3_numba_half.py: a change there drops
+# the cached kernels (when there are any).
 NUMBA_CACHE := $(wildcard kernels/rungs/__pycache__/*.nbi kernels/rungs/__pycache__/*.nbc)
-$(VENV)/.numba-simd: kernels/rungs/rung3_numba_simd.py | $(PY)
-	$(if $(NUMBA_CACHE),@echo "kernels/rungs/rung3_numba_simd.py changed: dropping Numba's cached kernels"; rm -f $(NUMBA_CACHE))
+NUMBA_HELPERS := kernels/rungs/rung3_numba_simd.py kernels/rungs/rung3_numba_half.py
+$(VENV)/.numba-simd: $(NUMBA_HELPERS) | $(PY)
+	$(if $(NUMBA_CACHE),@echo "$(NUMBA_HELPERS) changed: dropping Numba's cached kernels"; rm -f $(NUMBA_CACHE))
 	@touch $@
 
 install: $(VENV)/.installed $(VENV)/.numba-simd

@@ -10,11 +10,14 @@ token; it stops at n = 16,384 (at 65,536 it takes minutes per token: the fitted 
 carries it on).
 """
 import functools
+import math
+
+import numpy as np
 
 import kernels
 from kernels import bench_spec as spec
 
-from .common import KERNEL_NAMES, check_runs, make_inputs, rate_samples
+from .common import KERNEL_NAMES, check_runs, make_inputs, peer_call, rate_samples, side_by_side
 
 
 class _Prefix:
@@ -83,16 +86,63 @@ class RecomputedDecode(_Prefix):
 
 class TinyCall:
     """One head, n = 64, d = 64: about a megaflop, so the time is the call's fixed cost
-    (validation, dispatch, threads)."""
+    (validation, dispatch, threads).  Ours through ``kernels.attention``, as our users call
+    it; a peer through its own API on tensors of its own (``common.peer_call``)."""
 
     params = [KERNEL_NAMES]
     param_names = ["kernel"]
 
     def setup(self, kernel):
-        self.kernel = kernel
-        self.q, self.k, self.v = make_inputs(1, spec.TINY_SEQ_LEN, spec.DECODE_DTYPE)
-        check_runs(kernel, self.q, self.k, self.v)
-        kernels.attention(self.q, self.k, self.v, kernel=kernel)
+        q, k, v = make_inputs(1, spec.TINY_SEQ_LEN, spec.DECODE_DTYPE)
+        check_runs(kernel, q, k, v)
+        if kernels.KERNELS[kernel].external:
+            self.call = peer_call(kernel, q, k, v)
+        else:
+            self.call = functools.partial(kernels.attention, q, k, v, kernel=kernel)
+            self.call()  # warm-up: JIT, extension, pages
 
     def time_attention(self, kernel):
-        kernels.attention(self.q, self.k, self.v, kernel=self.kernel)
+        self.call()
+
+
+class CallCost:
+    """What the Python in front of a tiled rung costs a call: ours as users call it ÷ the
+    rung's own ``run`` on the same arrays (its output preallocated), side by side,
+    CALL_COST_CALLS calls of each a round.  "tiny": ``kernels.attention`` on one head,
+    n = 64 (every check it makes); "decode": ``KVCache.attend`` on one query, 8 heads, over
+    CALL_COST_CACHE cached tokens in a cache with room to grow (its rows a strided view, as
+    a decoder's are)."""
+
+    params = [list(spec.TILED), list(spec.CALL_COST_SHAPES)]
+    param_names = ["kernel", "shape"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 300
+
+    def setup(self, kernel, shape):
+        run = kernels.KERNELS[kernel].run
+        scale = 1.0 / math.sqrt(spec.HEAD_DIM)
+        if shape == "tiny":
+            q, k, v = make_inputs(1, spec.TINY_SEQ_LEN, spec.DECODE_DTYPE)
+            check_runs(kernel, q, k, v)
+            ours = functools.partial(kernels.attention, q, k, v, kernel=kernel)
+            own = functools.partial(run, q, k, v, np.empty_like(q), False, scale)
+        else:
+            q, k, v = make_inputs(spec.HEADS, spec.CALL_COST_CACHE, spec.DECODE_DTYPE)
+            query = q[:, -1:].copy()
+            check_runs(kernel, query, k, v, causal=True)
+            cache = kernels.KVCache(spec.HEADS, spec.HEAD_DIM, capacity=2 * spec.CALL_COST_CACHE)
+            cache.append(k, v)
+            ours = functools.partial(cache.attend, query, kernel=kernel)
+            own = functools.partial(run, query, cache.keys, cache.values, np.empty_like(query), True, scale)
+        self.ours, self.own = (functools.partial(_repeated, call, spec.CALL_COST_CALLS) for call in (ours, own))
+        self.ours(), self.own()  # warm-up: JIT, extension, pages, the call's plan
+
+    def track_over_run(self, kernel, shape):
+        return side_by_side(self.ours, self.own, spec.CALL_COST_ROUNDS)
+
+    track_over_run.unit = "times"
+
+
+def _repeated(call, times):
+    """call() ``times`` times over."""
+    for _ in range(times):
+        call()

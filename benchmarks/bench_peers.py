@@ -3,9 +3,16 @@
 Each (peer, kernel, shape, threads, dtype) is one asv sample in a process of its own
 (asv runs every parameter combination in a fresh process), so a peer's thread pool,
 still spinning after its call, never steals from another peer's measurement; within the
-process the peer's call and ours alternate (``side_by_side``).  The shapes
+process the peer's call and ours alternate (``side_by_side``).  Each is timed as its users
+call it: ours through ``kernels.attention`` (a decode step through ``KVCache.attend``), with
+every check it makes; a peer through its own API on tensors of its own, made before the
+timing (``Kernel.implementation.prepare``: PyTorch's scaled_dot_product_attention on torch
+tensors, an ONNX Runtime session with its inputs bound, a compiled OpenVINO request, a
+jitted JAX function on device arrays, a built ggml graph), no conversion or check of ours
+inside the timed call.  The shapes
 (``kernels.bench_spec``): 8 heads at the headline n, full and causal; one new token's
-query against a KV cache of 65,536 tokens (decode); one head at n = 64 (a tiny call,
+query against a KV cache of 65,536 tokens (decode) and of 1,024 (short_decode, the
+cache in L3); one head at n = 64 (a tiny call,
 where the fixed cost shows).  A peer that is not installed, that declares it does not
 take a dtype, or that does not honour a thread budget below every CPU, is skipped with
 the reason.  One that computes a 16-bit type below the harness's budget on this CPU, which
@@ -18,7 +25,7 @@ from kernels import bench_spec as spec
 from kernels import harness
 from kernels.api import attention_unheld
 
-from .common import THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, side_by_side
+from .common import THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, peer_call, side_by_side
 
 
 class PeerSpeedup(ThreadBudget):
@@ -40,19 +47,26 @@ class PeerSpeedup(ThreadBudget):
         self.peer_call(), self.call()  # warm-up: compilation, sessions, pages
 
     def _call(self, name, shape, dtype):
-        """The call of kernel ``name`` on ``shape``; NotImplementedError if it cannot run it."""
-        if shape == "decode":
-            query, k, v = make_inputs(spec.HEADS, spec.DECODE_PEER_SEQ_LEN, dtype)
-            cache = kernels.KVCache(spec.HEADS, spec.HEAD_DIM, dtype=dtype, capacity=spec.DECODE_PEER_SEQ_LEN)
-            cache.append(k, v)
-            query = query[:, -1:]
+        """The call of kernel ``name`` on ``shape`` as its users make it: ours through
+        ``kernels.attention`` (a decode step through ``KVCache.attend``), a peer through its
+        own API on its own tensors, made before the timing (``peer_call``);
+        NotImplementedError if it cannot run it."""
+        if shape in ("decode", "short_decode"):
+            cached = spec.DECODE_PEER_SEQ_LEN if shape == "decode" else spec.CALL_COST_CACHE
+            query, k, v = make_inputs(spec.HEADS, cached, dtype)
+            query = query[:, -1:].copy()
             check_runs(name, query, k, v, causal=True)
-            step = cache.decoder(name)   # a peer's own cache (OpenVINO's, ggml's) encoded here, once
-            return lambda: step(query)
+            if kernels.KERNELS[name].external:
+                return peer_call(name, query, k, v, causal=True)
+            cache = kernels.KVCache(spec.HEADS, spec.HEAD_DIM, dtype=dtype, capacity=cached)
+            cache.append(k, v)
+            return lambda: cache.attend(query, kernel=name)
         heads, seq_len = (1, spec.TINY_SEQ_LEN) if shape == "tiny" else (spec.HEADS, spec.HEADLINE_SEQ_LEN)
         causal = shape == "causal"
         q, k, v = make_inputs(heads, seq_len, dtype)
         check_runs(name, q, k, v, causal)
+        if kernels.KERNELS[name].external:
+            return peer_call(name, q, k, v, causal)
         return lambda: attention_unheld(q, k, v, kernel=name, causal=causal)
 
     def track_speedup(self, peer, kernel, shape, threads, dtype):

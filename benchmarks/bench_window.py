@@ -39,7 +39,7 @@ from kernels.costs import band_flops
 from kernels.memory import peak_extra_bytes
 
 from .bench_model import load_model
-from .common import check_fits, check_runs, make_inputs, prepare, rate_samples, side_by_side
+from .common import check_fits, check_runs, make_inputs, peer_call, prepare, rate_samples, side_by_side
 
 WARM_UP_SEQ_LEN = 1024  # a quadratic call at the largest n is warmed up on this n instead
 # Tokens an unbounded cache has room for beyond those it holds: every step a benchmark makes
@@ -186,10 +186,14 @@ class WindowPeers:
 
     @staticmethod
     def _call(name):
-        """Kernel ``name``'s windowed call; NotImplementedError if it cannot make it."""
+        """Kernel ``name``'s windowed call as its users make it (ours through
+        ``kernels.attention``, a peer through its own API: ``common.peer_call``);
+        NotImplementedError if it cannot make it."""
         band = spec.WINDOW_PEER_BAND.arguments()
         q, k, v = make_inputs(spec.HEADS, spec.WINDOW_PEER_SEQ_LEN, spec.WINDOW_DTYPE)
         check_runs(name, q, k, v, **band)
+        if kernels.KERNELS[name].external:
+            return peer_call(name, q, k, v, **band)
         return lambda: attention_unheld(q, k, v, kernel=name, **band)
 
     def track_speedup(self, peer, kernel):

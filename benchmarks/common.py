@@ -5,12 +5,14 @@ reads too.  The thread budget (``ATTNBENCH_THREADS``, default: every CPU) is rea
 by ``kernels.threads`` and applies to BLAS and our thread pool alike; ``Machine``
 records it with the results.
 """
+import math
 import time
 
 import numpy as np
 
 import kernels
 from kernels.api import attention_unheld, check_resources, validate
+from kernels.band import Band
 from kernels.bench_spec import HEAD_DIM
 from kernels.dtypes import float_type
 from kernels.spread import asv_samples
@@ -62,6 +64,19 @@ def prepare(kernel, batch, seq_len, dtype, causal=False, warm_up=True, **band):
     if warm_up:
         attention_unheld(q, k, v, kernel=kernel, causal=causal, **band)
     return q, k, v
+
+
+def peer_call(peer, q, k, v, causal=False, **band):
+    """A peer's call as its own users make it: its library's API on tensors of its own,
+    made here (``prepare`` of the peer's module: torch tensors, an ONNX Runtime session
+    with its inputs bound, a compiled OpenVINO request, device arrays and a jitted JAX
+    function, a built ggml graph), called once to warm up; the call times the library
+    alone.  q, k, v (B, n, d) of a type the peer takes; ``band``: a window and sinks, as
+    ``kernels.attention`` takes them."""
+    band = Band.of(causal, **band)
+    call = kernels.KERNELS[peer].implementation.prepare(q, k, v, band.causal, 1.0 / math.sqrt(q.shape[-1]), band)
+    call()  # warm-up: compilation, pages
+    return call
 
 
 HEADROOM_BYTES = 2 * 2**30  # kept free while a benchmark runs: the machine's other work

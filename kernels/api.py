@@ -91,6 +91,11 @@ class ExtensionNotBuilt(ImportError):
         )
 
 
+# What a user can get wrong (a value, a path, a size, the build): a command says it in one
+# line and exits with status 1.  Anything else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, OSError, MemoryError, ExtensionNotBuilt)
+
+
 def planned(batch_shape, n_q, n_k, d, d_v, dtype, causal=False, group=1, *, window=None, sinks=0):
     """The ``Problem`` of a call whose inputs are yet to be made, so that ``check_resources``
     can refuse it before they are (sizes already known to be >= 1; default scale)."""
@@ -176,6 +181,7 @@ def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0, held=Tr
     n×n workspace and ``extra_bytes`` (what the caller allocates besides: contiguous
     copies of the inputs, or the inputs themselves when they are yet to be made) would
     not fit in available memory, less ``headroom_bytes`` kept free for other work.
+    Returns those bytes (without the headroom).
     """
     refusal = kernel.refusal(problem.dtype, held) or kernel.band_refusal(problem.band)
     if refusal:
@@ -208,7 +214,9 @@ def check_resources(kernel, problem, extra_bytes=0, *, headroom_bytes=0, held=Tr
             f"d_v={problem.d_v}, {problem.dtype}, but only {format_bytes(available)} is available: {advice}"
         )
 
-    require_memory(problem.output_bytes(kernel) + extra_bytes + workspace, shortfall, headroom_bytes=headroom_bytes)
+    needed = problem.output_bytes(kernel) + extra_bytes + workspace
+    require_memory(needed, shortfall, headroom_bytes=headroom_bytes)
+    return needed
 
 
 def require_memory(needed, shortfall, *, headroom_bytes=0):
@@ -262,28 +270,96 @@ def _attention(q, k, v, kernel, band, scale, rounded, held=True):
     """The call, its output in the inputs' type (``rounded``) or in the type it is computed
     in.  A kernel that writes a 16-bit type's rows itself (``Kernel.writes_half``) is given
     an output of that type; for the others the float32 result is rounded here, in one pass.
-    ``held``: whether a peer's probed type must have met the harness's budget here."""
+    ``held``: whether a peer's probed type must have met the harness's budget here.
+
+    What the checks decide depends only on the call's signature (the arrays' dtypes,
+    shapes and strides, the kernel, band, scale and flags), so a small call's ``Plan`` is
+    kept by its signature and a repeated call pays a dictionary lookup, not the checks
+    (tens of microseconds of Python, a third of a small model's decode step).  A large call
+    (its bytes at least ``SMALL_ALLOCATION``) is checked every time: the memory it needs
+    must still be available."""
     record = get_kernel(kernel)
+    signature = _signature(q, k, v, kernel, band, scale, rounded, held)
+    plan = _PLANS.get(signature) if signature else None
+    if plan is None or plan.kernel is not record:  # (a kernel registered anew under its name)
+        plan = _plan(q, k, v, record, band, scale, rounded, held)
+        if signature and plan.needed_bytes < SMALL_ALLOCATION:
+            if len(_PLANS) >= MAX_PLANS:  # a loop over ever new shapes: keep the newest only
+                _PLANS.pop(next(iter(_PLANS), None), None)
+            _PLANS[signature] = plan
+    return plan(q, k, v)
+
+
+MAX_PLANS = 256   # call signatures whose plans are kept (the oldest goes first)
+_PLANS = {}
+
+
+def _signature(q, k, v, kernel, band, scale, rounded, held):
+    """What a call's checks depend on, as a dictionary key; None for a call whose checks are
+    made every time: inputs not plain NumPy arrays, a kernel not named by a str, or a scale
+    other than None or a float."""
+    if not (type(q) is type(k) is type(v) is np.ndarray and type(kernel) is str
+            and (scale is None or type(scale) is float)):
+        return None
+    return (kernel, band, scale, rounded, held, q.dtype, q.shape, q.strides, k.dtype, k.shape, k.strides,
+            v.dtype, v.shape, v.strides)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the checks decided for one call signature: the flattened shapes (B, n, ·) of
+    q, k and v, which of them the kernel needs copied, the output's buffer type, and the
+    bytes the call needs (output, copies, workspace)."""
+
+    problem: Problem
+    kernel: object          # the registry's Kernel
+    rung: object            # its module, whose run is looked up at each call (tests replace it)
+    band_taken: bool        # run takes band= (Kernel.windows)
+    shapes: tuple           # (q, k, v) as (heads, n, width)
+    copied: tuple           # (q, k, v): copied to C order first
+    written: np.dtype       # the output buffer's type: the compute type, or a 16-bit input's own
+    out_dtype: np.dtype     # the result's type
+    needed_bytes: int
+    out_buffer: tuple       # the output as the rung writes it, (heads, n_q, d_v)
+    out_shape: tuple        # and as it is returned (problem.out_shape)
+
+    def __call__(self, q, k, v):
+        problem = self.problem
+        if problem.batch == 0:
+            return np.zeros(self.out_shape, self.out_dtype)
+        if any(self.copied):
+            q, k, v = (np.ascontiguousarray(a.reshape(shape)) if copy else a.reshape(shape)
+                       for a, shape, copy in zip((q, k, v), self.shapes, self.copied))
+        else:
+            q, k, v = q.reshape(self.shapes[0]), k.reshape(self.shapes[1]), v.reshape(self.shapes[2])
+        out = np.empty(self.out_buffer, self.written)
+        if self.band_taken:
+            self.rung.run(q, k, v, out, problem.causal, problem.scale, band=problem.band)
+        else:  # full or causal: band_refusal let nothing else through
+            self.rung.run(q, k, v, out, problem.causal, problem.scale)
+        return out.reshape(self.out_shape).astype(self.out_dtype, copy=False)
+
+
+def _plan(q, k, v, record, band, scale, rounded, held):
+    """Every check of a call (``validate``, ``check_resources``), and the rung imported
+    (``ExtensionNotBuilt``, say), before anything is allocated; -> its ``Plan``."""
     problem = validate(q, k, v, band.causal, scale, window=(band.left, band.right), sinks=band.sinks)
     compute = dtypes.float_type(problem.dtype).compute
+    out_dtype = problem.dtype if rounded else compute
+    shapes = ((problem.batch,) + q.shape[-2:], (problem.kv_batch,) + k.shape[-2:], (problem.kv_batch,) + v.shape[-2:])
+    out_buffer = (problem.batch, problem.n_q, problem.d_v)
     if problem.batch == 0:
-        return np.zeros(problem.out_shape, problem.dtype if rounded else compute)
-    flat = [(a, (heads,) + a.shape[-2:]) for a, heads in zip((q, k, v), (problem.batch,) + 2 * (problem.kv_batch,))]
-    copied = [_needs_copy(a, shape, record.contiguous) for a, shape in flat]
+        return Plan(problem, record, None, False, shapes, (False,) * 3, compute, out_dtype, 0, out_buffer,
+                    problem.out_shape)
+    copied = [_needs_copy(a, shape, record.contiguous) for a, shape in zip((q, k, v), shapes)]
     if record.strided_kv:  # k and v read in place with any (common) head stride
-        copied[1:] = 2 * [_kv_needs_copy(*flat[1:])]
-    check_resources(record, problem, sum(a.nbytes for (a, _), copy in zip(flat, copied) if copy), held=held)
-    run = record.run  # imports the rung (ExtensionNotBuilt, say) before anything is allocated
-    q3, k3, v3 = (np.ascontiguousarray(a.reshape(shape)) if copy else a.reshape(shape)
-                  for (a, shape), copy in zip(flat, copied))
+        copied[1:] = 2 * [_kv_needs_copy((k, shapes[1]), (v, shapes[2]))]
+    extra = sum(a.nbytes for a, copy in zip((q, k, v), copied) if copy)
+    needed = check_resources(record, problem, extra, held=held)
+    rung = record.implementation  # imported (ExtensionNotBuilt, say) before anything is allocated
     written = problem.dtype if rounded and record.writes_half else compute
-    out = np.empty((problem.batch, problem.n_q, problem.d_v), written)
-    if record.windows:
-        run(q3, k3, v3, out, problem.causal, problem.scale, band=problem.band)
-    else:  # full or causal: band_refusal let nothing else through
-        run(q3, k3, v3, out, problem.causal, problem.scale)
-    out = out.reshape(problem.out_shape)
-    return out.astype(problem.dtype, copy=False) if rounded else out
+    return Plan(problem, record, rung, record.windows, shapes, tuple(copied), written, out_dtype, needed,
+                out_buffer, problem.out_shape)
 
 
 def kv_layout(k, v):

@@ -37,6 +37,8 @@ class Band:
     def of(cls, causal=False, window=None, sinks=0):
         """The band of a call's ``causal``, ``window`` and ``sinks`` arguments, checked:
         TypeError or ValueError naming the argument otherwise."""
+        if window is None and sinks.__class__ is int and sinks == 0 and causal.__class__ is bool:
+            return CAUSAL if causal else FULL   # the commonest calls, at once (a call's fixed cost)
         if not isinstance(causal, (bool, np.bool_)):
             raise TypeError(f"causal must be a bool, got {causal!r}")
         left, right = _window(window)

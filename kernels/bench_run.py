@@ -23,7 +23,7 @@ Step by step, each asv call on this interpreter (``--python=same``):
    (``kernels.calibration``, before and after, into ``<commit8>-calibration.jsonl`` beside
    the results).  A progress line before and after each: which class, how many of how
    many, the time it took and the time elapsed.
-4. ``kernels report --keep-machine NAME`` (``cli.cmd_report``), whatever happened above.
+4. ``kernels report --keep-machine NAME`` (``publish_report``), whatever happened above.
 
 ``--quick``: ``ATTNBENCH_QUICK=1`` and asv's ``--quick`` (small grids, one sample each),
 and unless ``--bench`` says otherwise, neither asv's whole-process ``peakmem_`` (which the
@@ -34,7 +34,6 @@ successful result of this commit on this machine is skipped whole (no asv run, n
 calibration).  ``--no-calibrate``: no calibration workload (the report then cannot say
 which classes ran on a disturbed machine).
 """
-import argparse
 import contextlib
 import itertools
 import json
@@ -48,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import machine_id
+from .api import USER_ERRORS
 from .processes import run_command, sigterm_as_keyboard_interrupt
 
 RESULTS = pathlib.Path(".asv/results")   # asv.conf.json's results_dir
@@ -324,15 +324,25 @@ class Bench:
                 say(f"{step} done in {took}; elapsed {self.elapsed()}")
 
     def report(self):
-        """``kernels report --results RESULTS --out OUT --keep-machine NAME``."""
-        from . import cli
-
+        """The report, and this machine's newest run kept beside it (``publish_report``)."""
         say(f"the report (elapsed {self.elapsed()})")
         try:
-            cli.cmd_report(argparse.Namespace(results=str(self.results), out=str(self.out),
-                                              keep_machine=self.machine))
-        except cli.USER_ERRORS as error:
+            report, kept = publish_report(self.results, self.out, self.machine)
+        except USER_ERRORS as error:
             self.outcome.fail(f"the report: {' '.join(str(error).split())}")
+            return
+        print(f"wrote {report}")
+        print(f"kept {kept}")
+
+
+def publish_report(results, out, machine):
+    """``kernels.report.publish``: REPORT.md, its plots and tables written into ``out`` from
+    the asv results folder ``results``, and ``machine``'s newest run kept in
+    ``out``/machines/; -> (the report's path, the kept file).  Imported when called: the
+    report draws with matplotlib."""
+    from .report import publish
+
+    return publish(results, out, machine)
 
 
 def run(options, results=RESULTS, out=OUT, now=time.monotonic):

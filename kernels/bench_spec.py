@@ -72,6 +72,14 @@ DECODE_SEQ_LENS = (256, 4096, 65536) if QUICK else (256, 1024, 4096, 16384, 6553
 RECOMPUTE_SEQ_LENS = tuple(n for n in DECODE_SEQ_LENS if n <= (4096 if QUICK else 16384))
 DECODE_DTYPE = "float32"
 TINY_SEQ_LEN = 64
+# CallCost: what the Python in front of a tiled rung costs a call, side by side with the
+# rung's own run on the same arrays: kernels.attention on the tiny call, KVCache.attend on
+# one query over a cache of CALL_COST_CACHE tokens (8 heads: 2 MiB, in L3), CALL_COST_CALLS
+# calls of each a round (a call of microseconds is below the clock's steadiness alone).
+CALL_COST_SHAPES = ("tiny", "decode")
+CALL_COST_CACHE = 1024
+CALL_COST_CALLS = 20
+CALL_COST_ROUNDS = 15 if QUICK else 101
 
 
 # Ceilings: the peak of each type that has a loop of its own (float32's and float64's FMAs;
@@ -119,16 +127,18 @@ CONTEXT_ROUNDS = 2 if QUICK else 7
 # and tiny shapes in float32 only, as the decode benchmarks.  Rounds: each a call of
 # both, the ratio their median; the tiny call takes microseconds, so many.
 PEERS = PEER_NAMES
-PEER_SHAPES = ("full", "causal", "decode", "tiny")
+# decode: one query over 65,536 cached tokens (beyond the caches); short_decode: over
+# CALL_COST_CACHE (in L3), where the call's fixed cost is a part of the step
+PEER_SHAPES = ("full", "causal", "decode", "short_decode", "tiny")
 # The 16-bit types beside c_tiled only (HALF_PEER_KERNEL): the goals ask no more.
 PEER_SHAPE_DTYPES = {"full": ALL_DTYPES, "causal": ALL_DTYPES, "decode": (DECODE_DTYPE,),
-                     "tiny": (DECODE_DTYPE,)}
+                     "short_decode": (DECODE_DTYPE,), "tiny": (DECODE_DTYPE,)}
 HALF_PEER_KERNEL = "c_tiled"
-PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "tiny": 301}
+PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "short_decode": 301, "tiny": 301}
 if QUICK:  # a peer's process costs seconds to start (imports, sessions): two shapes, float32, 3 rounds
     PEER_SHAPES = ("full", "tiny")
     PEER_SHAPE_DTYPES = {shape: DTYPES[:1] for shape in PEER_SHAPES}
-    PEER_ROUNDS = {"full": 3, "causal": 3, "decode": 3, "tiny": 51}
+    PEER_ROUNDS = {"full": 3, "causal": 3, "decode": 3, "short_decode": 51, "tiny": 51}
 PEER_DTYPES = tuple(dtype for dtype in ALL_DTYPES if any(dtype in kept for kept in PEER_SHAPE_DTYPES.values()))
 DECODE_PEER_SEQ_LEN = 65536  # the decode shape's cache
 # PeerAccuracy: each peer in each of its probed types (``Kernel.probed``: the 16-bit ones,
@@ -253,6 +263,7 @@ DECODE_READ_RATE = Benchmark("bench_decode.CachedDecode.track_cache_read_gbytes_
                              ("kernel", "seq_len"))
 DECODE_RECOMPUTED = Benchmark("bench_decode.RecomputedDecode.time_token", ("kernel", "seq_len"))
 TINY_CALL = Benchmark("bench_decode.TinyCall.time_attention", ("kernel",))
+CALL_COST = Benchmark("bench_decode.CallCost.track_over_run", ("kernel", "shape"))
 READ_BANDWIDTH = Benchmark("bench_machine.Machine.track_read_bandwidth")
 _CONTEXT = ("kernel", "shape", "context")
 CONTEXT_OVER_ALONE = Benchmark("bench_context.InContext.track_over_alone", _CONTEXT)
@@ -287,7 +298,7 @@ WINDOW_MIN_COSINE = Benchmark("bench_window.WindowFidelity.track_min_cosine", _W
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP, PEER_ACCURACY,
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
-              MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL,
+              MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL, CALL_COST,
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
               PEAK_FRACTION, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP,
               CACHE_READ_RATE, CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR,

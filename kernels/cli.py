@@ -1,28 +1,26 @@
 """The command line: ``python -m kernels {list,verify,timing,bench,report,explain,heatmap}`` (also ``attnbench``)."""
 import argparse
-import contextlib
 import math
 import os
 import pathlib
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 from . import bench_run, dtypes, harness, output, threads
-from .api import ExtensionNotBuilt, attention, planned, unable_calls
+from .api import USER_ERRORS, attention, planned, unable_calls
 from .band import Band
 from .costs import attention_flops, band_flops
 from .registry import KERNELS
 
+DESCRIPTION = (
+    "attnbench: self-attention, softmax(Q Kᵀ/√d) V, on the CPU as a ladder of kernels (pure-Python "
+    "loops, NumPy, Numba, C with SIMD), every one held to one float64 reference, timed against "
+    "sequence length beside the peers (PyTorch, ONNX Runtime, OpenVINO, JAX, ggml), and reported.")
+
 # left out of timing's default set, saying so: pure-Python loops, slow and size-capped
 LEFT_OUT_BY_DEFAULT = ("naive",)
-
-# What a user can get wrong (a value, a path, a size, the build): one line on stderr and
-# exit status 1.  Anything else is a bug and keeps its traceback.
-USER_ERRORS = (ValueError, OSError, MemoryError, ExtensionNotBuilt)
-
 
 class UsageError(Exception):
     """A bad command line, as argparse words it."""
@@ -67,42 +65,6 @@ def _kernel_name(text):
 def _count(number, noun):
     """ "1 kernel", "3 kernels": ``number`` and ``noun``, plural unless it is 1."""
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
-
-
-def _output_folder(path):
-    """Create ``path`` if needed and check that files can be written in it, before any
-    work is done; OSError saying which of the two failed otherwise."""
-    folder = pathlib.Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise OSError(f"the output folder {folder} is a file, not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise OSError(f"cannot create the output folder {folder}: {error.strerror}") from None
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        raise OSError(f"cannot write in the output folder {folder}: {error.strerror}") from None
-    return folder
-
-
-@contextlib.contextmanager
-def _staged_output(path):
-    """The output folder ``path`` checked (``_output_folder``), then an ``output.Staging``
-    inside it for the command to write into: its files move into ``path`` only when the
-    command succeeds; on failure ``path`` is left as it was, and removed again (with any
-    parents) if this command created it."""
-    created = output.missing_folders(path)
-    try:
-        folder = _output_folder(path)
-    except OSError:
-        for made in created:  # created, but cannot be written in
-            with contextlib.suppress(OSError):
-                made.rmdir()
-        raise
-    with output.staged(folder, created=created) as staging:
-        yield staging
 
 
 def _table(header, rows):
@@ -223,16 +185,15 @@ def cmd_bench(args):
 
 
 def cmd_report(args):
-    from .report import keep_machine, write_report  # matplotlib only when a report is asked for
+    from .report import publish  # matplotlib only when a report is asked for
 
     # no results, or a malformed file: ValueError or OSError, one line from main.  The
     # report reads the machines kept in OUT/machines/ where they are; --keep-machine then
     # adds this machine's newest run there, each file written whole.
-    with _staged_output(args.out) as staging:
-        report = write_report(args.results, staging.folder, kept_dir=staging.target)
-    print(f"wrote {staging.final(report)}")
-    if args.keep_machine:
-        print(f"kept {keep_machine(args.results, staging.target, args.keep_machine)}")
+    report, kept = publish(args.results, args.out, args.keep_machine)
+    print(f"wrote {report}")
+    if kept:
+        print(f"kept {kept}")
     return 0
 
 
@@ -241,7 +202,7 @@ def cmd_explain(args):
     from .viz.explain import write_explanation  # matplotlib only when the page is asked for
 
     refuse_unfit_kernel(args.kernel)  # before any folder is made
-    with _staged_output(args.out) as staging:
+    with output.staged_output(args.out) as staging:
         page = write_explanation(staging.folder, kernel=args.kernel)
     print(f"wrote {staging.final(page)}")
     return 0
@@ -259,7 +220,7 @@ def cmd_heatmap(args):
     check_text(args.text)  # empty or blank: ValueError, one line from main
     try:
         model_folder()  # missing: said before any folder is made
-        with _staged_output(args.out) as staging:
+        with output.staged_output(args.out) as staging:
             summary = write_heatmap(args.text, staging.folder, kernel=args.kernel,
                                     sentence_set=args.sentence_set, progress=_progress)
     except ModelNotInstalled as missing:
@@ -300,7 +261,7 @@ def _parser():
     common.add_argument("--threads", type=_positive_int, default=argparse.SUPPRESS,
                         help="thread budget for BLAS and our thread pool, before or after the command "
                              "(default: ATTNBENCH_THREADS, else OMP_NUM_THREADS, else every CPU)")
-    parser = _Parser(prog="attnbench", description=__doc__, parents=[common])
+    parser = _Parser(prog="attnbench", description=DESCRIPTION, parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name, func, summary, description=None):
@@ -311,9 +272,12 @@ def _parser():
 
     command("list", cmd_list, "the registered kernels: what each adds, its extra memory and its size cap")
     verify = command("verify", cmd_verify, "every kernel against the float64 reference",
-                     f"Runs every kernel on the same {len(harness.CASES)} cases at float32 and float64 and "
-                     "holds each output to the float64 reference (kernels.reference), within an error budget "
-                     "set by the dtype's rounding; exit status 1 when any fails.")
+                     f"Runs every kernel on the same {len(harness.CASES)} cases in each of the "
+                     f"{len(harness.DTYPES)} types it may take ({dtypes.TAKEN}: "
+                     f"{len(harness.CASES) * len(harness.DTYPES)} checks a kernel, a type it does not take "
+                     "skipped with the reason) and holds each output "
+                     "to the float64 reference (kernels.reference), within an error budget set by the type's "
+                     "rounding; exit status 1 when any fails.")
     verify.add_argument("--kernel", type=_kernel_name, action="append",
                         help="only this kernel (repeatable; default: every registered kernel, naive included)")
     verify.add_argument("-v", "--verbose", action="store_true", help="print each row as it finishes")

@@ -114,7 +114,16 @@ def type_name(dtype):
     imported); "None" for None."""
     if dtype is None:
         return "None"
+    if isinstance(dtype, np.dtype):
+        return _dtype_name(dtype)
     try:
-        return np.dtype(dtype).name
+        return _dtype_name(np.dtype(dtype))
     except TypeError:
         return str(dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype):
+    """NumPy's name of a dtype, kept: ``dtype.name`` is Python code in NumPy (microseconds a
+    read), and a call's checks ask it of every array."""
+    return dtype.name

@@ -10,6 +10,8 @@ through this module, and report/ and viz/ never import each other.
     staged(target, ...)             a context: a command's outputs go into a hidden folder
                                     inside target, moved in file by file on success,
                                     removed on failure (target left as it was)
+    staged_output(path)             the same for a command's output folder, created and
+                                    checked writable first (``output_folder``)
 
     pyplot()                        matplotlib's pyplot on Agg, imported on first use, so
                                     that importing a module that draws stays light
@@ -127,6 +129,42 @@ def staged(target, *, created=()):
                 pathlib.Path(made).rmdir()
         raise
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def output_folder(path):
+    """Create ``path`` if needed and check that files can be written in it, before any
+    work is done; OSError saying which of the two failed otherwise."""
+    folder = pathlib.Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise OSError(f"the output folder {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OSError(f"cannot create the output folder {folder}: {error.strerror}") from None
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise OSError(f"cannot write in the output folder {folder}: {error.strerror}") from None
+    return folder
+
+
+@contextlib.contextmanager
+def staged_output(path):
+    """A command's output folder ``path`` checked (``output_folder``), then a ``Staging``
+    inside it for the command to write into (``staged``): its files move into ``path`` only
+    when the command succeeds; on failure ``path`` is left as it was, and removed again
+    (with any parents) if this command created it."""
+    created = missing_folders(path)
+    try:
+        folder = output_folder(path)
+    except OSError:
+        for made in created:  # created, but cannot be written in
+            with contextlib.suppress(OSError):
+                made.rmdir()
+        raise
+    with staged(folder, created=created) as staging:
+        yield staging
 
 
 def _move_into(folder, target):

@@ -32,7 +32,11 @@ package.
 
 External peers (other libraries' CPU attention, the baselines our rungs are measured
 against) are registered the same way, marked ``external``, only when their packages are
-installed.  What a peer computes a type in is its library's choice, and for the 16-bit
+installed.  A peer's module also has ``prepare(q, k, v, causal, scale, band)`` -> ``call()``:
+its library's own call as that library's users make it, on tensors of its own made there
+once (torch tensors, a session with its inputs bound, a compiled request, device arrays
+and a jitted function, a built graph), returning the library's result; the benchmarks time
+a peer by it, so that no conversion or check of ours is in a peer's time.  What a peer computes a type in is its library's choice, and for the 16-bit
 types that choice depends on the CPU (OpenVINO's CPU plugin honours its bf16 and f16
 hint only where the CPU has bf16 or fp16 units, and then rounds the scores), so a peer
 declares two things: the types it takes (``dtypes``; ``dtype_note`` says why the others
@@ -65,7 +69,8 @@ class Kernel:
     materialises: bool = False        # holds n_q x n_k buffers: checked against RAM
     max_scores: Optional[int] = None  # cap on batch * n_q * n_k (the naive loops)
     contiguous: bool = True           # needs C-contiguous inputs (copies otherwise)
-    strided_kv: bool = False          # but reads k and v with any head stride (kv_layout)
+    strided_kv: bool = False          # but reads k and v with any head stride (kv_layout),
+                                      # and run(..., n_k=) their whole buffers (a KV cache's)
     quantised_caches: tuple = ()      # scaled KV cache formats read in place (run_int8, run_int4)
     int8_query_rows: int = 0          # and quantises the queries of calls of up to this many
                                       # rows per head (decode steps) to int16 for integer Q·Kᵀ

@@ -126,8 +126,15 @@ def threads_for(flops):
 
 def address(array):
     """Where ``array``'s data starts, as an int (for a record a compiled task reads); any
-    layout (a strided view's first element)."""
-    return array.__array_interface__["data"][0]
+    layout (a strided view's first element).  A C-contiguous array's through cffi's view of
+    its buffer, a fraction of a microsecond; any other's from NumPy's array interface, a
+    dictionary built per call (a microsecond, several after a call that swept the caches:
+    a call's fixed cost)."""
+    ffi = _pool().ffi
+    try:
+        return int(ffi.cast("uintptr_t", ffi.from_buffer(array)))
+    except (TypeError, ValueError, BufferError):   # not C-contiguous (a view with a head stride)
+        return array.__array_interface__["data"][0]
 
 
 def parallel_for(n_tasks, threads, task, call):
@@ -145,6 +152,7 @@ def helpers_started():
     return _pool().lib.pool_helpers_started()
 
 
+@functools.cache
 @functools.cache
 def _pool():
     """The C extension that holds the pool (built with c_tiled)."""

@@ -1,14 +1,16 @@
 """The public contract of kernels.attention: shapes, dtypes, errors, layouts, inputs."""
+import dataclasses
 import pathlib
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 
 import kernels
-from kernels import harness
+from kernels import api, harness
 from kernels.api import ExtensionNotBuilt, check_resources, planned, require_memory
 from kernels.memory import format_bytes
 from kernels.reference import reference_attention
@@ -217,8 +219,8 @@ def test_multi_head_attention_refuses_before_projecting(monkeypatch):
         kernels.multi_head_attention(x, w, w, w, w, heads=4, kernel="c_tiled")
 
 
-def test_c_extension_missing_says_how_to_rebuild(monkeypatch):
-    monkeypatch.setitem(sys.modules, "kernels._attention_c", None)  # as if never built
+def test_c_extension_missing_says_how_to_rebuild(monkeypatch, plans):
+    monkeypatch.setitem(sys.modules, "kernels._attention_c", None)  # as if never built (no plan kept)
     monkeypatch.delitem(sys.modules, "kernels.rungs.rung4_c_tiled", raising=False)
     q, k, v = qkv()
     with pytest.raises(ExtensionNotBuilt, match=r"kernels\._attention_c cannot be imported") as info:
@@ -249,3 +251,85 @@ def test_an_extension_built_only_for_another_python_is_named(monkeypatch):
     monkeypatch.setattr(pathlib.Path, "glob", lambda folder, pattern: [folder / other])
     message = str(ExtensionNotBuilt(ModuleNotFoundError("No module named 'kernels._attention_c'")))
     assert f"found only {other}, built for another Python" in message and "`make install`" in message
+
+
+# -- a call's checks decided once per signature ------------------------------------------
+
+@pytest.fixture
+def plans(monkeypatch):
+    """kernels.api's plans, emptied for the test (and the ones kept before put back)."""
+    monkeypatch.setattr(api, "_PLANS", {})
+    return api._PLANS
+
+
+def test_a_repeated_call_is_checked_once_and_gives_the_same_result(plans, monkeypatch):
+    q, k, v = qkv((2, 3, 16, 8), n_k=16, dtype=np.float32)
+    first = kernels.attention(q, k, v, kernel="c_tiled", causal=True)
+    assert len(plans) == 1
+
+    def checked(*args, **kwargs):
+        raise AssertionError("a kept plan's call was checked again")
+
+    monkeypatch.setattr(api, "validate", checked)
+    monkeypatch.setattr(api, "check_resources", checked)
+    np.testing.assert_array_equal(kernels.attention(q, k, v, kernel="c_tiled", causal=True), first)
+    shifted = [x + 1 for x in (q, k, v)]   # the same signature, other values: the plan serves them
+    np.testing.assert_allclose(kernels.attention(*shifted, kernel="c_tiled", causal=True),
+                               reference_attention(*shifted, causal=True), rtol=0, atol=1e-5)
+    with pytest.raises(AssertionError, match="checked again"):  # another signature: checked
+        kernels.attention(q, k, v, kernel="c_tiled")
+
+
+def test_another_layout_of_the_same_shape_has_a_plan_of_its_own(plans):
+    q, k, v = qkv((2, 16, 8), n_k=16, dtype=np.float32)
+    wide = np.zeros((2, 16, 16), np.float32)
+    wide[:, :, ::2] = q          # q's values with a stride of 2 along d: needs a copy
+    strided = wide[:, :, ::2]
+    contiguous = kernels.attention(q, k, v, kernel="c_tiled")
+    np.testing.assert_array_equal(kernels.attention(strided, k, v, kernel="c_tiled"), contiguous)
+    assert len(plans) == 2
+    assert [plan.copied for plan in plans.values()] == [(False, False, False), (True, False, False)]
+
+
+def test_bad_calls_are_never_kept_and_fail_every_time(plans):
+    q, k, v = qkv(dtype=np.float32)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="scale must be finite"):
+            kernels.attention(q, k, v, scale=float("nan"))
+        with pytest.raises(TypeError, match="share one dtype"):
+            kernels.attention(q, k.astype(np.float64), v)
+    assert plans == {}
+
+
+def test_calls_outside_the_fast_path_are_checked_every_time(plans, monkeypatch):
+    q, k, v = qkv(dtype=np.float32)
+
+    class Subclass(np.ndarray):
+        pass
+
+    kernels.attention(q.view(Subclass), k, v)          # not a plain ndarray
+    kernels.attention(q, k, v, scale=np.float32(0.5))  # a scale that is not a float
+    assert plans == {}
+    monkeypatch.setattr(api, "SMALL_ALLOCATION", 0)    # every call "large": its memory checked each time
+    kernels.attention(q, k, v)
+    assert plans == {}
+
+
+def test_plans_kept_are_bounded(plans, monkeypatch):
+    monkeypatch.setattr(api, "MAX_PLANS", 3)
+    for n in range(1, 8):
+        q, k, v = qkv((1, n, 4), n_k=n, dtype=np.float32)
+        kernels.attention(q, k, v)
+    assert len(plans) == 3
+    assert [plan.problem.n_q for plan in plans.values()] == [5, 6, 7]   # the newest kept
+
+
+def test_a_kernel_registered_anew_under_its_name_is_planned_anew(plans, monkeypatch):
+    q, k, v = qkv(dtype=np.float32)
+    assert kernels.attention(q, k, v, kernel="numpy").any()
+    rung = types.ModuleType("zero_rung")
+    rung.run = lambda q, k, v, out, causal, scale, band=None: out.fill(0.0)
+    rung.workspace_bytes = kernels.KERNELS["numpy"].implementation.workspace_bytes
+    monkeypatch.setitem(sys.modules, "zero_rung", rung)
+    monkeypatch.setitem(kernels.KERNELS, "numpy", dataclasses.replace(kernels.KERNELS["numpy"], module="zero_rung"))
+    assert not kernels.attention(q, k, v, kernel="numpy").any()

@@ -2,7 +2,7 @@
 report.  asv is replaced by a fake (``bench_run.run_command``, the one place a process is
 started) that answers as asv would: discovery writes benchmarks.json (the fixture suite's),
 a class run succeeds, fails or is stopped by Ctrl-C; the calibration runs are recorded, and
-the report (``cli.cmd_report``) too.  The clock is the fake's: each class takes 65 s."""
+the report (``bench_run.publish_report``) too.  The clock is the fake's: each class takes 65 s."""
 import json
 import os
 import pathlib
@@ -77,12 +77,11 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_run, "head_commit", lambda: COMMIT)
     reports = []
 
-    def report(args):
-        reports.append(args)
-        print(f"wrote {args.out}/REPORT.md")
-        return 0
+    def report(results, out, machine):
+        reports.append({"results": str(results), "out": str(out), "keep_machine": machine})
+        return out / "REPORT.md", out / "machines" / machine / f"{COMMIT[:8]}.json"
 
-    monkeypatch.setattr(cli, "cmd_report", report)
+    monkeypatch.setattr(bench_run, "publish_report", report)
 
     def fake(**kwargs):
         asv = FakeAsv(tmp_path / ".asv" / "results", **kwargs)
@@ -111,8 +110,7 @@ def test_every_class_runs_in_name_order_between_its_calibrations_then_the_report
     assert asv.sequence() == ["machine", "discover"] + [
         step for name in EVERY_CLASS
         for step in (("calibrate", calibration, name, "before"), name, ("calibrate", calibration, name, "after"))]
-    assert [vars(args) for args in reports] == [{"results": ".asv/results", "out": "reports",
-                                                 "keep_machine": "testbox"}]
+    assert reports == [{"results": ".asv/results", "out": "reports", "keep_machine": "testbox"}]
 
 
 def test_asv_is_called_as_the_makefile_called_it(project, capsys):
@@ -154,7 +152,7 @@ def test_the_machine_is_named_after_its_cpu_in_every_asv_command_and_the_report_
         ("bench_machine.Startup", "intel-xeon-avx512")]
     assert {argv[0] for what, argv, _ in asv.calls if what == "calibrate"} == {
         f".asv/results/intel-xeon-avx512/{COMMIT[:8]}-calibration.jsonl"}
-    assert reports[0].keep_machine == "intel-xeon-avx512"
+    assert reports[0]["keep_machine"] == "intel-xeon-avx512"
 
 
 def test_quick_leaves_out_peakmem_and_the_memory_wall_and_says_so_to_asv_and_the_suite(project, capsys):
@@ -236,10 +234,10 @@ def test_a_report_that_fails_fails_the_run(project, capsys, monkeypatch):
     fake, _ = project
     asv = fake()
 
-    def no_results(args):
+    def no_results(results, out, machine):
         raise FileNotFoundError("no asv results folder at .asv/results (run `make bench` first)")
 
-    monkeypatch.setattr(cli, "cmd_report", no_results)
+    monkeypatch.setattr(bench_run, "publish_report", no_results)
     status, lines, err = bench(asv, capsys, bench="Startup")
     assert status == 1
     assert err == "attnbench bench: the report: no asv results folder at .asv/results (run `make bench` first)\n"

@@ -117,3 +117,30 @@ def test_bad_construction_is_a_clear_error(args, error, match):
 def test_a_cache_beyond_memory_is_refused_before_allocating():
     with pytest.raises(MemoryError, match=r"KV cache of 1,000,000,000,000 tokens"):
         kernels.KVCache(8, 64, capacity=10**12)
+
+
+@pytest.mark.parametrize("kernel", ["numba_tiled", "c_tiled"])
+@pytest.mark.parametrize("cache_dtype", [None, "bfloat16"])
+def test_a_tiled_rung_is_called_straight_on_the_cache(monkeypatch, kernel, cache_dtype):
+    """``attend`` with a rung that reads the rows in place calls its ``run`` on the cache's
+    own buffers, not through ``kernels.attention``'s checks (the cache knows its layout),
+    and gives what ``kernels.attention`` gives on the same rows."""
+    q, k, v = sequence(20, np.float32)
+    cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, capacity=32, cache_dtype=cache_dtype)
+    cache.append(k, v)
+    query = q[:, -2:]
+    keys, values = cache.dequantised()
+    stored = cache.cache_dtype
+    expected = kernels.api.attention_unrounded(query.astype(stored), keys.astype(stored), values.astype(stored),
+                                               kernel=kernel, causal=True)
+
+    def not_called(*args, **kwargs):
+        raise AssertionError("attend went through kernels.attention")
+
+    monkeypatch.setattr(kernels.decode.cache, "attention", not_called)
+    monkeypatch.setattr(kernels.decode.cache, "attention_unrounded", not_called)
+    out = cache.attend(query, kernel=kernel)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, expected)
+    with pytest.raises(ValueError, match="at least one query"):
+        cache.attend(q[:, :0], kernel=kernel)

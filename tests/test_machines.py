@@ -185,8 +185,8 @@ def test_keeping_replaces_the_machines_older_results_and_leaves_the_others(tmp_p
 
     path = keep_machine(FIXTURE, tmp_path / "reports", "testbox")
 
-    assert path == kept / NEWEST_FILE
-    assert sorted(p.name for p in (kept / "testbox").iterdir()) == sorted(["machine.json", NEWEST_FILE.name])
+    assert path == kept / "testbox" / "c0ffee12.json"   # the commit's, not asv's interpreter path
+    assert sorted(p.name for p in (kept / "testbox").iterdir()) == ["c0ffee12.json", "machine.json"]
     assert path.read_bytes() == (FIXTURE / NEWEST_FILE).read_bytes()
     assert (kept / "benchmarks.json").read_bytes() == (FIXTURE / "benchmarks.json").read_bytes()
     assert {path: path.read_bytes() for path in other.iterdir()} == before
@@ -201,7 +201,8 @@ def test_keeping_a_machine_without_results_names_it(tmp_path):
 def test_the_report_command_keeps_the_machine_after_the_report(tmp_path, capsys):
     out = tmp_path / "reports"
     assert cli.main(["report", "--results", str(FIXTURE), "--out", str(out), "--keep-machine", "testbox"]) == 0
-    assert capsys.readouterr().out.splitlines() == [f"wrote {out / 'REPORT.md'}", f"kept {out / 'machines' / NEWEST_FILE}"]
+    kept = out / "machines" / "testbox" / "c0ffee12.json"
+    assert capsys.readouterr().out.splitlines() == [f"wrote {out / 'REPORT.md'}", f"kept {kept}"]
     assert cli.main(["report", "--results", str(FIXTURE), "--out", str(out), "--keep-machine", "nobox"]) == 1
     assert "attnbench report: no results of machine 'nobox'" in capsys.readouterr().err
 

@@ -12,8 +12,9 @@ from numba import njit
 
 from kernels import api, harness
 from kernels.dtypes import FLOATS
-from kernels.rungs import rung3_numba_simd as numba_simd, rung3_numba_tiled as numba_tiled
-from kernels.rungs.rung3_numba_simd import BFLOAT16, FASTMATH, FLOAT16, FLOAT16_BY_INTEGERS, narrow, widen_rows
+from kernels.rungs import rung3_numba_half as numba_half, rung3_numba_tiled as numba_tiled
+from kernels.rungs.rung3_numba_half import BFLOAT16, FLOAT16, FLOAT16_BY_INTEGERS, narrow, widen_rows
+from kernels.rungs.rung3_numba_simd import FASTMATH
 from kernels.threads import using_budget
 
 HALF = (ml_dtypes.bfloat16, np.float16)
@@ -142,16 +143,16 @@ def test_narrowing_is_numpys_cast(dtype, narrow_all, vectorised):
 
 @pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
 def test_input_format_passes_bits_and_computes_in_float32(dtype):
-    stored, real, fmt = numba_simd.input_format(dtype)
+    stored, real, fmt = numba_half.input_format(dtype)
     assert (stored, real) == (np.uint16, FLOATS[np.dtype(dtype).name].compute.type)
     assert fmt == {ml_dtypes.bfloat16: BFLOAT16, np.float16: FLOAT16}[dtype]
-    assert numba_simd.input_format(np.float32) == (np.float32, np.float32, numba_simd.AS_IS)
-    assert numba_simd.input_format(np.float64) == (np.float64, np.float64, numba_simd.AS_IS)
-    assert numba_simd.output_format(dtype, dtype) == (np.uint16, fmt)
-    assert numba_simd.output_format(dtype, np.float32) == (np.float32, numba_simd.AS_IS)
-    assert numba_simd.output_format(np.float64, np.float64) == (np.float64, numba_simd.AS_IS)
+    assert numba_half.input_format(np.float32) == (np.float32, np.float32, numba_half.AS_IS)
+    assert numba_half.input_format(np.float64) == (np.float64, np.float64, numba_half.AS_IS)
+    assert numba_half.output_format(dtype, dtype) == (np.uint16, fmt)
+    assert numba_half.output_format(dtype, np.float32) == (np.float32, numba_half.AS_IS)
+    assert numba_half.output_format(np.float64, np.float64) == (np.float64, numba_half.AS_IS)
     with pytest.raises(TypeError, match="float64"):
-        numba_simd.output_format(dtype, np.float64)
+        numba_half.output_format(dtype, np.float64)
 
 
 DECODE = [dataclasses.replace(case, causal=causal) for case in (

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 from numba import njit
 
-from kernels.rungs import rung3_numba_simd as numba_simd, rung3_numba_tiled as numba_tiled
+from kernels.rungs import rung3_numba_half as numba_half
+from kernels.rungs import rung3_numba_simd as numba_simd
+from kernels.rungs import rung3_numba_tiled as numba_tiled
+from kernels.rungs.rung3_numba_half import widen
 from kernels.rungs.rung3_numba_simd import (
-    BLOCK_ROWS, VECTOR_BYTES, aligned_empty, exp2, fma_vector, prefer_wide_vectors, register_block, widen,
+    BLOCK_ROWS, VECTOR_BYTES, aligned_empty, exp2, fma_vector, prefer_wide_vectors, register_block,
 )
 
 WIDE = pytest.mark.skipif(VECTOR_BYTES != 64, reason="Numba does not compile for AVX-512 here")
@@ -87,7 +90,7 @@ def test_prefer_wide_vectors_lets_llvm_vectorise_with_zmm():
     assert "zmm" in "".join(_fma_registers(asm))
 
 
-@pytest.mark.parametrize("fmt", (numba_simd.BFLOAT16, numba_simd.FLOAT16, numba_simd.FLOAT16_BY_INTEGERS),
+@pytest.mark.parametrize("fmt", (numba_half.BFLOAT16, numba_half.FLOAT16, numba_half.FLOAT16_BY_INTEGERS),
                          ids=("bfloat16", "float16", "float16 by integers"))
 def test_widening_16_bit_inputs_vectorises_in_32_bit_lanes(fmt):
     """LLVM vectorises a loop of widen: packed operations on whole vector registers, and
@@ -108,12 +111,12 @@ def test_widening_16_bit_inputs_vectorises_in_32_bit_lanes(fmt):
     def packed(instruction):
         return re.findall(rf"{instruction}\s+[^\n]*%{register}\d+", asm)
 
-    if fmt == numba_simd.FLOAT16 and numba_simd.F16C:
+    if fmt == numba_half.FLOAT16 and numba_half.F16C:
         # AVX512-FP16 CPUs (Sapphire Rapids on) get its own form, vcvtph2psx
         assert packed("vcvtph2psx?"), "F16C's conversion is not vectorised"
     else:
         assert packed("vpslld"), "the shift into float32's place is not vectorised"
-    if fmt == numba_simd.FLOAT16_BY_INTEGERS or fmt == numba_simd.FLOAT16 and not numba_simd.F16C:
+    if fmt == numba_half.FLOAT16_BY_INTEGERS or fmt == numba_half.FLOAT16 and not numba_half.F16C:
         assert packed("vcvtdq2ps"), "no packed int-to-float conversion"
     assert not re.findall(r"\bvp(add|sll|cmpgt|and|or)q\b", asm), "64-bit integer lanes"
 
@@ -126,8 +129,8 @@ def test_without_avx512_the_32_byte_path_stays_correct(tmp_path):
     script = textwrap.dedent("""
         from dataclasses import replace
         from kernels import harness
-        from kernels.rungs import rung3_numba_simd as numba_simd
-        assert (numba_simd.VECTOR_BYTES, numba_simd.BLOCK_ROWS) == (32, 4) and not numba_simd.F16C
+        from kernels.rungs import rung3_numba_half as numba_half, rung3_numba_simd as numba_simd
+        assert (numba_simd.VECTOR_BYTES, numba_simd.BLOCK_ROWS) == (32, 4) and not numba_half.F16C
         names = {"odd d=33", "d_v=40 != d=16", "n=193 prime", "NaN in v", "Inf in q",
                  "n_q=300 n_k=1100 d=127", "large logits x30"}
         cases = [case for case in harness.CASES if case.name in names]

@@ -64,6 +64,7 @@ import numpy as np
 
 from .. import dtypes
 from ..api import attention, attention_unrounded, checked_scale, require_memory
+from ..band import CAUSAL, Band
 from ..registry import get_kernel
 from ..cache_formats import NARROW, cache_format
 from ..memory import format_bytes
@@ -263,26 +264,49 @@ class KVCache:
         record = get_kernel(kernel)
         self._check("q", q, self.heads, self.head_dim)
         band = self._band(q)
-        if self.format.name in record.own_caches and not band:
+        if self.format.name in record.own_caches and band == CAUSAL:
             return self.decoder(kernel, scale=scale)(q)
-        if self.format.name == self.dtype.name:
-            return attention(q, self.keys, self.values, kernel=kernel, causal=True, scale=scale, **band)
-        if not self.format.scaled:  # 16-bit: the kernels' 16-bit path, float32 out
+        if not self.format.scaled:  # float32, float64, or 16-bit: the kernels' 16-bit path, float32 out
             stored = self.format.dtype
-            return attention_unrounded(q.astype(stored), self.keys, self.values, kernel=kernel, causal=True,
-                                       scale=scale, **band)
+            q = q if stored == self.dtype else q.astype(stored)
+            if record.strided_kv and not record.materialises:
+                return self._run_in_place(record, q, scale, band)
+            keywords = dict(kernel=kernel, causal=True, scale=scale, window=(band.left, band.right), sinks=band.sinks)
+            return (attention(q, self.keys, self.values, **keywords) if stored == self.dtype
+                    else attention_unrounded(q, self.keys, self.values, **keywords))
         refusal = record.cache_refusal(self.format.name)
         if refusal:
             raise ValueError(f"kernel {kernel!r} does not take this cache: {refusal}")
-        if self.format.name not in record.quantised_caches or band:  # widened first, whole
+        if self.format.name not in record.quantised_caches or band != CAUSAL:  # widened first, whole
             keys, values = self.dequantised()
-            return attention(q, keys, values, kernel=kernel, causal=True, scale=scale, **band)
+            return attention(q, keys, values, kernel=kernel, causal=True, scale=scale,
+                             window=(band.left, band.right), sinks=band.sinks)
         scale = checked_scale(scale, self.head_dim)
         if q.shape[1] == 0:
             raise ValueError(f"q must hold at least one query, got shape {q.shape}")
         out = np.empty((self.heads, q.shape[1], self.head_dim_v), np.float32)
         run = getattr(record.implementation, f"run_{self.format.name}")
         run(np.ascontiguousarray(q), self.keys, self.key_scales, self.values, self.value_scales, out, True, scale)
+        return out
+
+    def _run_in_place(self, record, q, scale, band):
+        """The rung's ``run`` on the stored rows where they lie, for a kernel that reads K and V
+        with a head stride (``Kernel.strided_kv``): q (heads, t_q, head_dim) of the stored
+        float type -> (heads, t_q, head_dim_v) of its compute type.  What ``kernels.attention``
+        would check is known here (the cache's types, shapes and layout), so a step pays the
+        kernel and q's own checks only."""
+        scale = checked_scale(scale, self.head_dim)
+        t_q = q.shape[1]
+        if t_q == 0:
+            raise ValueError(f"q must hold at least one query, got shape {q.shape}")
+        out_bytes = self.heads * t_q * self.head_dim_v * self.dtype.itemsize
+        require_memory(out_bytes, lambda needed, available: (
+            f"the attention of {t_q:,} queries needs {format_bytes(needed)} for its output, but only "
+            f"{format_bytes(available)} is available"))
+        out = np.empty((self.heads, t_q, self.head_dim_v), self.dtype)
+        keys, values = self._buffers[:2]   # whole, their first len(self) rows stored
+        record.implementation.run(np.ascontiguousarray(q), keys, values, out, True, scale, band=band,
+                                  n_k=self._length)
         return out
 
     def decoder(self, kernel="c_tiled", *, scale=None):
@@ -328,20 +352,20 @@ class KVCache:
         return checked_step
 
     def _band(self, q):
-        """The band keywords of ``kernels.attention`` for the queries q (heads, t_q, ·): none
-        for an unbounded cache, or a single query (the newest token sees every stored row),
-        or while no query's window has yet passed a token; window=(W - 1, 0), sinks=S while
-        nothing has been evicted; ValueError afterwards, for several queries."""
+        """The keys the queries q (heads, t_q, ·) see (``kernels.band``): causal for an
+        unbounded cache, or a single query (the newest token sees every stored row), or while
+        no query's window has yet passed a token; window=(W - 1, 0), sinks=S while nothing has
+        been evicted; ValueError afterwards, for several queries."""
         t_q = q.shape[1]
         if not self.bounded or t_q == 1 or self._seen <= self.window:
-            return {}
+            return CAUSAL
         if self.evicted:
             raise ValueError(
                 f"this bounded cache has evicted {self.evicted:,} tokens, which {t_q} queries at once "
                 f"would need (each query sees its own {self.window} newest tokens): attend one query a "
                 f"step, or a chunk's own keys with kernels.attention(q, k, v, "
                 f"window=({self.window - 1}, 0), sinks={self.sinks})")
-        return dict(window=(self.window - 1, 0), sinks=self.sinks)
+        return Band.of(True, (self.window - 1, 0), self.sinks)
 
     def _token_bytes(self):
         return self.format.row_bytes(self.head_dim) + self.format.row_bytes(self.head_dim_v)

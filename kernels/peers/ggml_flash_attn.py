@@ -176,11 +176,19 @@ def _float_mask(seen):
     return np.where(seen, np.float16(0), np.float16(-np.inf))
 
 
-def _compute(graph):
-    """Run ``graph`` on the CPU backend with the thread budget."""
+def _plan(graph):
+    """(ggml's plan of ``graph`` for the thread budget, the work buffer it points at: keep it
+    while the plan is used)."""
     plan = ggml.ggml_graph_plan(graph, budget(), None)
     work = np.empty(plan.work_size, np.uint8)  # the kernel's scratch: O(threads·(heads + tile)·d)
     plan.work_data = work.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+    return plan, work
+
+
+def _compute(graph, planned=None):
+    """Run ``graph`` on the CPU backend with the thread budget, by ``planned`` (``_plan``'s)
+    or a plan made now."""
+    plan, _work = planned or _plan(graph)   # (_work: the buffer the plan points at, kept)
     status = ggml.ggml_graph_compute(graph, ctypes.byref(plan))
     if status != ggml.GGML_STATUS_SUCCESS:
         raise RuntimeError(f"ggml_graph_compute failed with status {status}")
@@ -193,10 +201,34 @@ def _wrap(context, array, ggml_type, *ne):
     return tensor
 
 
+def prepare(q, k, v, causal, scale, band=None):
+    """call(): ``ggml_graph_compute`` of the graph built here, once, over tensors reading q
+    (in float32), k, v and the mask ``band`` needs in place, by a plan (and work buffer)
+    made once -> the result (n_q, B, d_v) float32, in ggml's order.  What a ggml user's
+    call costs: the call times ggml alone."""
+    graph, result, kept = _built(q, k, v, band or Band.of(causal), scale)
+    planned = _plan(graph)
+
+    def call():
+        _compute(graph, planned)
+        return result
+
+    call.kept = kept   # the tensors' data, and the context holding them
+    return call
+
+
 def run(q, k, v, out, causal, scale, band=None):
     """band: a window and sinks (``kernels.band``; None: full, or causal), as ggml's float16
     n_q × n_k mask (a causal call's too: ggml has no causal flag)."""
-    band = band or Band.of(causal)
+    graph, result, _kept = _built(q, k, v, band or Band.of(causal), scale)
+    _compute(graph)
+    out[...] = result.transpose(1, 0, 2)  # rows seeing no key (n_q > n_k) came out 0
+
+
+def _built(q, k, v, band, scale):
+    """(a graph of one flash_attn_ext node over q (widened to float32 where it is not),
+    k, v and the float16 mask of ``band`` where it is not full, its result (n_q, B, d_v)
+    float32 in ggml's order, what the graph reads: keep it while the graph is used)."""
     (batch, n_q, d), (batch_kv, n_k), d_v = q.shape, k.shape[:2], v.shape[2]
     kv_type = _RUN_TYPES[k.dtype.name]
     q32 = np.ascontiguousarray(q, np.float32)  # ggml takes q in float32 only (bfloat16: widened, exact)
@@ -206,15 +238,14 @@ def run(q, k, v, out, causal, scale, band=None):
     context = _Context(_context_size(0, 0, 0, 0, 0, graph_nodes=GRAPH_SIZE), no_alloc=True)
     tensors = [_wrap(context, q32, ggml.GGML_TYPE_F32, d, n_q, batch),
                _wrap(context, k, kv_type, d, n_k, batch_kv), _wrap(context, v, kv_type, d_v, n_k, batch_kv)]
-    allowed = _float_mask(band.mask(n_q, n_k)) if masked else None  # held here until the graph has run
+    allowed = _float_mask(band.mask(n_q, n_k)) if masked else None
     mask = _wrap(context, allowed, ggml.GGML_TYPE_F16, n_k, n_q) if masked else None
     node = ggml.ggml_flash_attn_ext(context.pointer, *tensors, mask, float(scale), 0.0, 0.0)
     node.contents.data = result.ctypes.data
     ggml.ggml_flash_attn_ext_set_prec(node, ggml.GGML_PREC_F32)
     graph = ggml.ggml_new_graph_custom(context.pointer, GRAPH_SIZE, False)
     ggml.ggml_build_forward_expand(graph, node)
-    _compute(graph)
-    out[...] = result.transpose(1, 0, 2)  # rows seeing no key (n_q > n_k) came out 0
+    return graph, result, (context, q32, k, v, allowed)
 
 
 def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, masked):

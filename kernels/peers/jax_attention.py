@@ -109,27 +109,42 @@ def _unsupported_dot(error):
     return "not supported" in str(error) and "_F32" in str(error)
 
 
+def prepare(q, k, v, causal, scale, band=None):
+    """call(): the jitted function (compiled here, on first use of these shapes) on device
+    arrays put here, once -> its result, ready (``block_until_ready``), rows that see no
+    key as JAX leaves them.  What a JAX user's call costs: the call times JAX alone."""
+    band = band or Band.of(causal)
+    arrays = tuple(jax.device_put(x) for x in (q, k, v))
+    _, attend = _computed(*arrays, band, scale)
+    return lambda: attend(*arrays).block_until_ready()
+
+
 def run(q, k, v, out, causal, scale, band=None):
     """band: a window and sinks (``kernels.band``; None: full, or causal)."""
     band = band or Band.of(causal)
-    n_q, n_k = q.shape[1], k.shape[1]
-    first = band.first_row(n_q, n_k)
-    form = (band, scale)
-    key = (q.shape, k.shape, v.shape) + form
+    result, _ = _computed(q, k, v, band, scale)
+    out[...] = np.asarray(result)  # a half result widens exactly
+    out[:, :band.first_row(q.shape[1], k.shape[1])] = 0.0
+
+
+def _computed(q, k, v, band, scale):
+    """(the call's result, the function that computed it): compiled, or, for float16 and
+    the bfloat16 shapes XLA's CPU compiler rejects, ``_attend`` run eagerly."""
+    key = (q.shape, k.shape, v.shape, band, scale)
     if q.dtype == np.float16 or key in _EAGER:
         # not traced: dot_product_attention's own fallback to the default dot precision runs
-        result = _attend(*form)(q, k, v)
-    else:
-        try:
-            result = _compiled(*form)(q, k, v)
-        except (ValueError, jax.errors.JaxRuntimeError) as error:
-            # bfloat16 when XLA turns a degenerate dot (B = 1, a size of 1) into elementwise code
-            if q.dtype.itemsize != 2 or not _unsupported_dot(error):
-                raise
-            _EAGER.add(key)
-            result = _attend(*form)(q, k, v)
-    out[...] = np.asarray(result)  # a half result widens exactly
-    out[:, :first] = 0.0
+        attend = _attend(band, scale)
+        return attend(q, k, v), attend
+    try:
+        attend = _compiled(band, scale)
+        return attend(q, k, v), attend
+    except (ValueError, jax.errors.JaxRuntimeError) as error:
+        # bfloat16 when XLA turns a degenerate dot (B = 1, a size of 1) into elementwise code
+        if q.dtype.itemsize != 2 or not _unsupported_dot(error):
+            raise
+        _EAGER.add(key)
+        attend = _attend(band, scale)
+        return attend(q, k, v), attend
 
 
 def workspace_bytes(batch, n_q, n_k, d, d_v, itemsize, causal):

@@ -9,7 +9,8 @@ cached per (scale, causal form, type, thread budget).
 
 The (B, n, d) arrays are wrapped as 4-D (1, B, n, d) ``OrtValue``s ("B heads") sharing
 NumPy's memory, and the output is bound straight to ``out``: a call times the operator
-and ONNX Runtime's binding, no conversion.  Causal attention with n_q == n_k uses the
+and ONNX Runtime's binding, no conversion (``prepare`` binds them once, and its call is
+the session's run alone).  Causal attention with n_q == n_k uses the
 operator's ``is_causal`` flag; otherwise (the flag aligns top-left) an explicit
 bottom-right boolean mask.  Rows that see no key are zeroed afterwards.
 
@@ -156,33 +157,55 @@ def _rows(array, shape):
     return view
 
 
+def prepare(q, k, v, causal, scale, band=None):
+    """call(): the cached session's ``run_with_iobinding`` on q, k, v (and a mask, where
+    ``band`` needs one) bound here, once, as OrtValues sharing their memory, its output
+    bound to a new array of q's type -> that array (B, n_q, d_v), rows that see no key
+    as ONNX Runtime leaves them.  What an ONNX Runtime user's call costs: the call times
+    the session alone."""
+    y = np.empty(q.shape[:2] + v.shape[2:], q.dtype)
+    return _bound(q, k, v, y, band or Band.of(causal), scale)
+
+
 def run(q, k, v, out, causal, scale, band=None):
     """band: a window and sinks (``kernels.band``; None: full, or causal), as an explicit
     n_q × n_k mask where the operator's top-left is_causal does not say it."""
     band = band or Band.of(causal)
-    (batch, n_q, d), (batch_kv, n_k) = q.shape, k.shape[:2]
-    group = batch // batch_kv
-    first = band.first_row(n_q, n_k)
-    form = band.library_form(n_q, n_k)
-    is_causal, masked = form == "causal", form == "mask"
     # float16: its own output, widened into out afterwards
     y = out if q.dtype == out.dtype else np.empty(out.shape, q.dtype)
+    _bound(q, k, v, y, band, scale)()
+    if y is not out:
+        out[...] = y   # float16 -> float32: exact
+    out[:, :band.first_row(q.shape[1], k.shape[1])] = 0.0
+
+
+def _bound(q, k, v, y, band, scale):
+    """call() -> y: the session of this call's form with q, k, v, its mask and the output y
+    (B, n_q, d_v) bound, grouped heads folded into rows where that is faster."""
+    (batch, n_q, d), (batch_kv, n_k) = q.shape, k.shape[:2]
+    group = batch // batch_kv
+    form = band.library_form(n_q, n_k)
+    is_causal, masked = form == "causal", form == "mask"
     result = y
     if group > 1 and form == "none" and group * n_q <= FOLD_ROWS:
         # the g query heads of each K/V head as g·n_q rows of one head (views of q and y)
-        q, y = _rows(q, (batch_kv, group * n_q, d)), _rows(y, (batch_kv, group * n_q, out.shape[2]))
+        q, y = _rows(q, (batch_kv, group * n_q, d)), _rows(y, (batch_kv, group * n_q, y.shape[2]))
     session = _session(scale, is_causal, masked, q.dtype.name, budget())
     binding = session.io_binding()
-    wrap = onnxruntime.OrtValue.ortvalue_from_numpy
-    for name, array in (("q", q), ("k", k), ("v", v)):
-        binding.bind_ortvalue_input(name, wrap(array[None]))
-    if masked:
-        binding.bind_ortvalue_input("mask", wrap(band.mask(n_q, n_k)))
-    binding.bind_ortvalue_output("y", wrap(y[None]))
-    session.run_with_iobinding(binding)
-    if result is not out:
-        out[...] = result   # float16 -> float32: exact
-    out[:, :first] = 0.0
+    arrays = {"q": q[None], "k": k[None], "v": v[None], **({"mask": band.mask(n_q, n_k)} if masked else {})}
+    values = {name: onnxruntime.OrtValue.ortvalue_from_numpy(array) for name, array in arrays.items()}
+    values["y"] = onnxruntime.OrtValue.ortvalue_from_numpy(y[None])
+    for name, value in values.items():
+        (binding.bind_ortvalue_output if name == "y" else binding.bind_ortvalue_input)(name, value)
+
+    def call():
+        session.run_with_iobinding(binding)
+        return result
+
+    # an OrtValue shares its array's memory and keeps the array alive, but the binding
+    # keeps neither: the call does
+    call.values = values
+    return call
 
 
 CACHE_FORMATS = ("float16", "int8")  # the caches ONNX Runtime keeps in its own layout here

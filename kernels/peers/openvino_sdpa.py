@@ -140,12 +140,9 @@ def _scale_constant(scale, element_type, dtype):
 
 
 @functools.lru_cache(maxsize=8)
-def _request(shape_q, shape_k, shape_v, dtype_name, scale, band, threads):
-    """(infer request, its lock) for q, k, v of these (..., n, d) shapes (their batch
-    dimensions equal or broadcastable) and dtype -> (..., n_q, d_v) of that dtype.  A
-    request runs one inference at a time (concurrent use fails or corrupts memory), so
-    callers on several threads take turns through the lock; a new request per call would
-    add ~20 µs to each (a tiny call takes ~150 µs)."""
+def _compiled(shape_q, shape_k, shape_v, dtype_name, scale, band, threads):
+    """The model compiled for q, k, v of these (..., n, d) shapes (their batch dimensions
+    equal or broadcastable) and dtype -> (..., n_q, d_v) of that dtype."""
     element_type, hint = _TYPES[dtype_name]
     q, k, v = (ops.parameter(shape, element_type, name=name)
                for name, shape in (("q", shape_q), ("k", shape_k), ("v", shape_v)))
@@ -164,13 +161,21 @@ def _request(shape_q, shape_k, shape_v, dtype_name, scale, band, threads):
         inputs = [q, k, v, mask, _scale_constant(scale, element_type, np.dtype(dtype_name))]
     node = ops.scaled_dot_product_attention(*inputs, causal=is_causal)
     model = openvino.Model([node], [q, k, v], "attention")
-    compiled = _CORE.compile_model(model, "CPU", {
+    return _CORE.compile_model(model, "CPU", {
         "INFERENCE_NUM_THREADS": threads,
         "INFERENCE_PRECISION_HINT": hint,
         "CPU_DENORMALS_OPTIMIZATION": False,
         "PERFORMANCE_HINT": "LATENCY",
     })
-    return compiled.create_infer_request(), threading.Lock()
+
+
+@functools.lru_cache(maxsize=8)
+def _request(*form):
+    """(infer request, its lock) of ``_compiled(*form)``, shared by ``run``'s calls.  A
+    request runs one inference at a time (concurrent use fails or corrupts memory), so
+    callers on several threads take turns through the lock; a new request per call would
+    add ~20 µs to each (a tiny call takes ~150 µs)."""
+    return _compiled(*form).create_infer_request(), threading.Lock()
 
 
 def _tensor(array, element_type):
@@ -193,18 +198,46 @@ def _shaped(array, shape):
     return view
 
 
+def prepare(q, k, v, causal, scale, band=None):
+    """call(): ``infer()`` of a request of its own, on the compiled model of this call's
+    form, with q, k, v and a new output array of q's type set once as tensors sharing
+    their memory -> that array (B, n_q, d_v), rows that see no key as OpenVINO leaves
+    them.  What an OpenVINO user's call costs: the call times the request alone."""
+    y = np.empty(q.shape[:2] + v.shape[2:], q.dtype)
+    form, arrays = _set_up(q, k, v, y, band or Band.of(causal), scale)
+    request = _compiled(*form).create_infer_request()
+    _bind(request, arrays)
+
+    def call():
+        request.infer()
+        return y
+
+    call.arrays = arrays   # a 16-bit tensor shares its array's memory without keeping it alive
+    return call
+
+
 def run(q, k, v, out, causal, scale, band=None):
     """band: a window and sinks (``kernels.band``; None: full, or causal), as an explicit
     n_q × n_k mask where the operator's top-left causal flag does not say it."""
     band = band or Band.of(causal)
-    element_type, _ = _TYPES[q.dtype.name]
+    half = None if q.dtype == out.dtype else np.empty(out.shape, q.dtype)
+    form, arrays = _set_up(q, k, v, out if half is None else half, band, scale)
+    request, lock = _request(*form)
+    with lock:
+        _bind(request, arrays)
+        request.infer()
+    if half is not None:
+        out[...] = half  # widened exactly
+    out[:, :band.first_row(q.shape[1], k.shape[1])] = 0.0
+
+
+def _set_up(q, k, v, y, band, scale):
+    """(the compiled model's form: ``_compiled``'s arguments, (q, k, v, y) shaped for it):
+    grouped heads folded into rows of one head, or broadcast against their K/V head."""
     (batch, n_q, d), (batch_kv, n_k, d_v) = q.shape, v.shape
     group = batch // batch_kv
-    first = band.first_row(n_q, n_k)
     if band.library_form(n_q, n_k) == "none":
         band = FULL  # the request sees the folded shapes: nothing about them is masked
-    half = None if element_type == openvino.Type.f32 else np.empty(out.shape, q.dtype)
-    y = out if half is None else half
     if group > 1 and band.full and group * n_q <= FOLD_ROWS:
         # folded: the g query heads of each K/V head as g·n_q rows of one head
         q, y = _shaped(q, (batch_kv, group * n_q, d)), _shaped(y, (batch_kv, group * n_q, d_v))
@@ -212,15 +245,15 @@ def run(q, k, v, out, causal, scale, band=None):
         # broadcast: (B_kv, g, ·) queries against (B_kv, 1, ·) keys and values
         q, y = _shaped(q, (batch_kv, group, n_q, d)), _shaped(y, (batch_kv, group, n_q, d_v))
         k, v = _shaped(k, (batch_kv, 1, n_k, d)), _shaped(v, (batch_kv, 1, n_k, d_v))
-    request, lock = _request(q.shape, k.shape, v.shape, q.dtype.name, scale, band, budget())
-    with lock:
-        for index, array in enumerate((q, k, v)):
-            request.set_input_tensor(index, _tensor(array, element_type))
-        request.set_output_tensor(0, _tensor(y, element_type))
-        request.infer()
-    if half is not None:
-        out[...] = half  # widened exactly
-    out[:, :first] = 0.0
+    return (q.shape, k.shape, v.shape, q.dtype.name, scale, band, budget()), (q, k, v, y)
+
+
+def _bind(request, arrays):
+    """q, k, v and the output y set on ``request`` as tensors sharing their memory."""
+    element_type, _ = _TYPES[arrays[0].dtype.name]
+    for index, array in enumerate(arrays[:3]):
+        request.set_input_tensor(index, _tensor(array, element_type))
+    request.set_output_tensor(0, _tensor(arrays[3], element_type))
 
 
 def version():

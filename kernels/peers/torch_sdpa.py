@@ -81,15 +81,16 @@ def _tensor(array):
 FOLD_ROWS = 256  # stacked query rows per K/V head up to which a masked causal call is folded
 
 
-def run(q, k, v, out, causal, scale, band=None):
-    """band: a window and sinks (``kernels.band``; None: full, or causal), as an explicit
-    n_q × n_k attn_mask where is_causal (aligned top-left) does not say it."""
+def prepare(q, k, v, causal, scale, band=None):
+    """call(): PyTorch's scaled_dot_product_attention on tensors made here, once, from q, k,
+    v (sharing their memory), with the mask or is_causal flag that says ``band`` (None:
+    full, or causal) -> its (1, ·, ·, d_v) result tensor, rows in ``run``'s order (rows that
+    see no key are NaN).  What a PyTorch user's call costs: the call times PyTorch alone."""
     band = band or Band.of(causal)
     if torch.get_num_threads() != budget():  # resizing the pool is not free: only on change
         torch.set_num_threads(budget())
     (batch, n_q, d), (batch_kv, n_k) = q.shape, k.shape[:2]
     group = batch // batch_kv
-    first = band.first_row(n_q, n_k)
     form = band.library_form(n_q, n_k)
     with warnings.catch_warnings():
         # read-only inputs are fine: PyTorch only reads them (out is a fresh tensor)
@@ -109,13 +110,19 @@ def run(q, k, v, out, causal, scale, band=None):
             is_causal = True
         else:
             mask = torch.from_numpy(band.mask(n_q, n_k))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return lambda: sdpa(tq, tk, tv, attn_mask=mask, is_causal=is_causal, scale=scale, **grouped)
+
+
+def run(q, k, v, out, causal, scale, band=None):
+    """band: a window and sinks (``kernels.band``; None: full, or causal), as an explicit
+    n_q × n_k attn_mask where is_causal (aligned top-left) does not say it."""
+    band = band or Band.of(causal)
+    call = prepare(q, k, v, causal, scale, band)
     with torch.inference_mode():
-        result = torch.nn.functional.scaled_dot_product_attention(
-            tq, tk, tv, attn_mask=mask, is_causal=is_causal, scale=scale, **grouped
-        )
         # half -> float32: exact; a folded result's rows are out's rows, in order
-        torch.from_numpy(out).copy_(result.reshape(out.shape))
-    out[:, :first] = 0.0
+        torch.from_numpy(out).copy_(call().reshape(out.shape))
+    out[:, :band.first_row(q.shape[1], k.shape[1])] = 0.0
 
 
 def version():

@@ -20,7 +20,7 @@ power-law fits (``kernels.fits``).
 """
 import pathlib
 
-from ..output import write_text
+from ..output import staged_output, write_text
 from ..output import Table
 from . import (cache, decode, gaps, goals, half, in_context, machines, memory_wall, model, multi_head, overview, peers,
                roofline, seq_len, side_by_side, startup, thread_scaling, trust, window)
@@ -28,7 +28,7 @@ from .document import Plot
 from .machines import keep_machine, with_kept_runs
 from .results import load_latest_run
 
-__all__ = ["SECTIONS", "keep_machine", "write_report"]
+__all__ = ["SECTIONS", "keep_machine", "publish", "write_report"]
 
 TITLE = "# Self-attention on the CPU: scaling report"
 SECTIONS = (
@@ -95,3 +95,15 @@ def write_report(results_dir=".asv/results", out_dir="reports", kept_dir=None):
         for table in [b for b in section.blocks if isinstance(b, Table)] + section.data:
             table.write_csv(out_dir)
     return write_text(out_dir / "REPORT.md", "\n\n".join(paragraphs) + "\n")
+
+
+def publish(results_dir, out, keep_machine_name=None):
+    """``write_report`` into the folder ``out``, staged (``output.staged_output``: its files
+    replace their namesakes only once the whole report is written), then, given a machine's
+    name, that machine's newest run kept in ``out``/machines/ (``keep_machine``); -> (the
+    report's path, the kept results file or None).  What ``attnbench report`` and ``make
+    bench`` do; the errors are ``write_report``'s and ``keep_machine``'s."""
+    with staged_output(out) as staging:
+        report = write_report(results_dir, staging.folder, kept_dir=staging.target)
+    kept = keep_machine(results_dir, staging.target, keep_machine_name) if keep_machine_name else None
+    return staging.final(report), kept

@@ -1,4 +1,4 @@
-"""The decode section (``CachedDecode``, ``RecomputedDecode``, ``TinyCall``): where §11.2
+"""The decode section (``CachedDecode``, ``RecomputedDecode``, ``TinyCall``, ``CallCost``): where §11.2
 begins.  With a KV cache a new token costs O(n·d) and reads the cache once; recomputing
 the prefix costs O(n²·d) per token.  Summed over n generated tokens: O(n²) against O(n³).
 """
@@ -7,7 +7,8 @@ import math
 from .. import bench_spec as spec
 from ..fits import FIT_MIN_N, fit_power_law
 from ..memory import format_bytes
-from ..output import Column, Table, fmt_exponent, fmt_percent, fmt_seconds, missing, pyplot, ratio, save_png
+from ..output import (Column, Table, fmt_exponent, fmt_percent, fmt_ratio, fmt_seconds, missing, pyplot, ratio,
+                      save_png)
 from . import plots
 from .document import Plot, Section
 
@@ -26,6 +27,16 @@ def cache_read_fraction(run, kernel, seq_len=None):
     seq_len = seq_len or max(run.seq_lens(spec.DECODE_READ_RATE), default=math.nan)
     return ratio(run.value(spec.DECODE_READ_RATE, kernel=kernel, seq_len=seq_len),
                  run.value(spec.READ_BANDWIDTH))
+
+
+def call_cost(run, kernel, shape):
+    """``CallCost``: ours as users call it (``kernels.attention``, ``KVCache.attend``) ÷ the
+    rung's own ``run`` on the same arrays, side by side."""
+    return run.value(spec.CALL_COST, kernel=kernel, shape=shape)
+
+
+CALL_COST_WORDS = {"tiny": f"`kernels.attention`, one head, n = {spec.TINY_SEQ_LEN}",
+                   "decode": f"`KVCache.attend`, one query over {spec.CALL_COST_CACHE:,} cached tokens"}
 
 
 def decode(run):
@@ -50,6 +61,10 @@ def decode(run):
          for kernel in run.kernels(spec.DECODE_READ_RATE)])
     tiny = Table("tiny_call", (Column("kernel", "kernel"), Column("seconds", "time per call", fmt_seconds)),
                  [[kernel, run.value(spec.TINY_CALL, kernel=kernel)] for kernel in run.kernels(spec.TINY_CALL)])
+    costs = Table("call_cost", (Column("kernel", "kernel"), Column("call", "the call"),
+                                Column("over_run", "÷ the rung's own run", fmt_ratio)),
+                  [[kernel, CALL_COST_WORDS[shape], call_cost(run, kernel, shape)]
+                   for kernel in run.kernels(spec.CALL_COST) for shape in spec.CALL_COST_SHAPES])
     n_text = "n/a" if missing(largest) else f"{largest:,}"
     if missing(largest):
         memory = "No cached decode in these results."
@@ -81,8 +96,16 @@ def decode(run):
         memory,
         f"A tiny call (one head, n = {spec.TINY_SEQ_LEN}, d = {spec.HEAD_DIM}: about a megaflop) "
         "is all fixed cost: validation, dispatch and waking threads. A decoder makes one per "
-        "token and layer.",
+        "token and layer. Each is timed as its users call it: ours through `kernels.attention`, "
+        "with every check it makes; a peer through its own API on tensors of its own, made "
+        "beforehand (no conversion or check of ours in its time).",
         tiny,
+        "What the Python in front of a tiled rung costs a call: ours as users call it ÷ the rung's "
+        "own `run` on the same arrays, its output made beforehand, side by side "
+        f"({spec.CALL_COST_ROUNDS} rounds of {spec.CALL_COST_CALLS} calls each). `kernels.attention` "
+        "checks a call's signature once and keeps what it decided; `KVCache.attend` knows its own "
+        "layout and checks only the query.",
+        costs,
     ])
 
 

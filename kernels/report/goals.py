@@ -18,7 +18,7 @@ from ..output import Column, Table, fmt_count, fmt_number, interval, missing, ra
 from ..spread import bounds
 from .cache import cache_error, cache_speedup, generate_speedup, over_fastest_peer, worst_read_fraction
 from .ceilings import has_bf16_dot_product, peak_fraction
-from .decode import cache_read_fraction
+from .decode import CALL_COST_WORDS, cache_read_fraction, call_cost
 from .document import Section
 from .half import half_min_cosine, half_speedup
 from .in_context import forward_over_numpy, in_context
@@ -258,9 +258,18 @@ GOALS = (
     Goal("c_tiled with a window over every peer given the window as an n × n mask (the smallest ratio), "
          + SIDE_BY_SIDE, lambda run: smallest_peer_speedup(run, "c_tiled", native=False), 3.0, True,
          "a mask still costs O(n²): at n = 8,192 and a window of 512 the tiles a window skips are most of the work"),
-    Goal("tiny call (one head, n = 64): c_tiled speed over {peer}, all threads, " + SIDE_BY_SIDE,
-         _over(spec.PEER, "c_tiled", "tiny", spec.DECODE_DTYPE), 2.0, True,
+    Goal("tiny call (one head, n = 64): c_tiled through kernels.attention, speed over {peer} called "
+         "directly, all threads, " + SIDE_BY_SIDE,
+         _over(spec.PEER, "c_tiled", "tiny", spec.DECODE_DTYPE), 1.5, True,
          "a call this small should not wake a thread pool: a fixed cost of microseconds"),
+    Goal(f"one query over {spec.CALL_COST_CACHE:,} cached tokens (in L3): c_tiled through KVCache.attend, "
+         "speed over torch_sdpa called directly, all threads, " + SIDE_BY_SIDE,
+         _over("torch_sdpa", "c_tiled", "short_decode", spec.DECODE_DTYPE), 1.1, True,
+         "a short context's step is partly fixed cost: ours must be the smaller"),
+    *(Goal(f"{kernel}: {CALL_COST_WORDS[shape]}, ÷ the rung's own run, " + SIDE_BY_SIDE,
+           lambda run, kernel=kernel, shape=shape: call_cost(run, kernel, shape), target, False,
+           "the checks are decided once per call signature, not paid on every call")
+      for kernel in spec.TILED for shape, target in (("tiny", 1.15), ("decode", 1.05))),
     *(Goal(f"{kernel} between two matmuls ÷ alone, {shape} ({', '.join(map(str, spec.CONTEXT_SHAPES[shape]))}: "
            "heads, n, d), all threads", _worst_in_context(kernel, "between_matmuls", "alone", (shape,)), 1.5,
            False, IN_CONTEXT)

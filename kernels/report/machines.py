@@ -36,11 +36,13 @@ KEPT = "machines"  # the folder beside REPORT.md holding each machine's kept res
 
 
 def keep_machine(results_dir, out_dir, machine):
-    """Copy ``machine``'s newest results file, its machine.json and the suite's
-    benchmarks.json from the asv results folder into ``out_dir``/machines/, then remove
-    that machine's older kept results files (other machines' are left alone); -> the kept
-    results file.  Each file is written whole.  FileNotFoundError when the results folder
-    holds no readable run of ``machine``."""
+    """Copy ``machine``'s newest results file, as ``<commit8>.json``, its machine.json and
+    the suite's benchmarks.json from the asv results folder into ``out_dir``/machines/,
+    then remove that machine's older kept results files (other machines' are left alone);
+    -> the kept results file.  (asv names a results file after its environment too, which
+    for ``--python=same`` is the path of the interpreter that ran it: a kept file names
+    the commit only.)  Each file is written whole.  FileNotFoundError when the results
+    folder holds no readable run of ``machine``."""
     newest = load_latest_run(results_dir)
     runs = latest_per_machine([newest, *newest.others])
     if machine not in runs:
@@ -49,14 +51,15 @@ def keep_machine(results_dir, out_dir, machine):
     source = runs[machine].path
     kept_dir = pathlib.Path(out_dir) / KEPT / machine
     kept_dir.mkdir(parents=True, exist_ok=True)
-    for path, folder in ((source, kept_dir), (source.parent / "machine.json", kept_dir),
-                         (pathlib.Path(results_dir) / "benchmarks.json", kept_dir.parent)):
+    kept = kept_dir / f"{runs[machine].commit_hash[:8]}.json"
+    for path, copy in ((source, kept), (source.parent / "machine.json", kept_dir / "machine.json"),
+                       (pathlib.Path(results_dir) / "benchmarks.json", kept_dir.parent / "benchmarks.json")):
         if path.is_file():
-            write_whole(folder / path.name, lambda partial, path=path: shutil.copyfile(path, partial))
+            write_whole(copy, lambda partial, path=path: shutil.copyfile(path, partial))
     for older in kept_dir.glob("*.json"):
-        if older.name not in (source.name, "machine.json"):
+        if older.name not in (kept.name, "machine.json"):
             older.unlink()
-    return kept_dir / source.name
+    return kept
 
 
 def with_kept_runs(run, out_dir):

@@ -17,9 +17,10 @@ from .seq_len import SHAPE, one_head_gflops
 
 # The shapes' sizes, as bench_peers builds them: (heads, n), n None for the headline n.
 SHAPE_SIZES = {"full": (spec.HEADS, None), "causal": (spec.HEADS, None),
-               "decode": (spec.HEADS, spec.DECODE_PEER_SEQ_LEN), "tiny": (1, spec.TINY_SEQ_LEN)}
+               "decode": (spec.HEADS, spec.DECODE_PEER_SEQ_LEN),
+               "short_decode": (spec.HEADS, spec.CALL_COST_CACHE), "tiny": (1, spec.TINY_SEQ_LEN)}
 SHAPE_WORDS = {"full": "full", "causal": "causal", "decode": "one query, cached keys",
-               "tiny": "full (a tiny call)"}
+               "short_decode": "one query, cached keys (in L3)", "tiny": "full (a tiny call)"}
 
 
 FAILS = "fails the harness budget here"  # the mark of a peer's figures in a type it fails
@@ -144,16 +145,19 @@ def peers(run):
     return Section("Peers: every CPU attention a user could pick instead", [
         "Each figure is a tiled kernel's speed over one peer: the peer's time ÷ ours, both "
         "calls alternating in one process (each going first in turn), the median over the "
-        "rounds (7 for full and causal, 9 for decode, 301 for the tiny call). Every "
+        "rounds (7 for full and causal, 9 for decode, 301 for the short decode and the tiny call). Every "
         "(peer, kernel, shape, threads, dtype) runs in a process of its own, so no other "
-        "peer's thread pool is still spinning beside it. A peer's call is timed as a user "
-        "makes it through `kernels.attention`: ONNX Runtime and OpenVINO bind NumPy's "
-        "memory in and out without a copy, PyTorch shares it, JAX's includes handing the "
-        "arrays to XLA and copying the result back (O(n·d) against the O(n²·d) work). "
+        "peer's thread pool is still spinning beside it. Each call is timed as its own users "
+        "make it: ours through `kernels.attention` (a decode step through `KVCache.attend`), "
+        "with every check it makes; a peer through its own API on tensors of its own, made "
+        "before the timing: PyTorch's `scaled_dot_product_attention` on torch tensors, an ONNX "
+        "Runtime session with its inputs and output bound, a compiled OpenVINO infer request, "
+        "a jitted JAX function on device arrays (waiting for its result), a built ggml graph; "
+        "no conversion or check of ours is in a peer's time. "
         "n/a: the peer does not take that dtype, does not honour that thread budget, "
         f"or is not installed. A peer whose 16-bit results fail the harness's budget on this CPU "
-        f"(below) is refused that type by `kernels.attention`, but timed all the same, by the same "
-        f"path without that check: its figures stand in a row of their own, marked \"{FAILS}\", to "
+        f"(below) is refused that type by `kernels.attention`, but timed all the same: its "
+        f"figures stand in a row of their own, marked \"{FAILS}\", to "
         "show what its rounding buys; no goal is measured against them.",
         speedup_table(run),
         "Each peer's 16-bit types held to the harness on this CPU (PeerAccuracy: "

@@ -355,7 +355,9 @@ def window(run):
         f"{spec.WINDOW_DTYPE}, all threads): each peer's time ÷ our kernel's, side by side "
         f"({spec.WINDOW_PEER_ROUNDS} rounds). JAX takes a window of its own (`local_window_size`); "
         "the other libraries have none and are given the band as an n × n mask, so they still do "
-        "O(n²) work and hold O(n²) bytes.",
+        "O(n²) work and hold O(n²) bytes. Each is timed as its users call it: ours through "
+        "`kernels.attention`, a peer through its own API on tensors (and a mask) of its own, "
+        "made before the timing.",
         peers_table(run),
     ], data=[data_table(run)])
 

@@ -7,6 +7,7 @@
                              online softmax, never holding the scores; on our thread pool
     rung3_numba_split_kv.py  its decode path: a few queries against many keys, split-KV
     rung3_numba_simd.py      the Numba SIMD building blocks rung 3 is compiled from
+    rung3_numba_half.py      and its 16-bit inputs and outputs, widened and rounded
     rung4_c_tiled.py         ``c_tiled``: the same tiles in C (csrc/) with AVX-512 or AVX2
                              micro-kernels chosen at run time, called through cffi
 

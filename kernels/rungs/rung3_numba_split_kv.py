@@ -47,9 +47,9 @@ from numba.extending import overload
 
 from ..cache_formats import INT4_GROUP, INT4_OFFSET
 from ..threads import address, parallel_for, threads_for
+from .rung3_numba_half import input_format, narrow, output_format, rows_in_compute_type, widen
 from .rung3_numba_simd import (
-    INTERNAL, JIT_OPTIONS, OVERLOAD_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2, input_format, narrow,
-    output_format, prefer_wide_vectors, rows_in_compute_type, widen,
+    INTERNAL, JIT_OPTIONS, OVERLOAD_OPTIONS, TASK, address_as_voidptr, call_arrays, exp2, prefer_wide_vectors,
 )
 
 # A query tile would pad a few queries to a whole panel (24 float32 rows) and leave the
@@ -57,7 +57,7 @@ from .rung3_numba_simd import (
 SPLIT_KV_MAX_ROWS = 4
 SPLIT_KV_CHUNK = 256  # keys per split-KV task
 KEY_BLOCK = 32  # 16-bit or int8 inputs: keys (and values) widened at a time, into a scratch block
-INT8, INT4 = 8, 9  # the formats of int8 and int4 KV caches (rung3_numba_simd's formats are 0-3)
+INT8, INT4 = 8, 9  # the formats of int8 and int4 KV caches (rung3_numba_half's formats are 0-3)
 
 # What a task needs of its call: the arrays' addresses and shapes and the call's
 # constants, filled by run() and read by the compiled tasks.
@@ -413,16 +413,17 @@ def call_cache(call, kv_stored, fmt):
     return k, v, k_scales, v_scales
 
 
-def run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype, k_scales=None, v_scales=None):
-    """out (B, n_q, d_v) from q (B, n_q, d), k (B_kv, n_k, d), v (B_kv, n_k, d_v) as
+def run(q, k, v, out, kv_rows, n_k, offset, q_factor, log2_scale, dtype, k_scales=None, v_scales=None):
+    """out (B, n_q, d_v) from q (B, n_q, d), k (B_kv, ·, d), v (B_kv, ·, d_v) as
     ``rung3_numba_tiled.run`` gets them (16-bit inputs as uint16 views, ``dtype`` the
-    inputs' own; K/V heads kv_rows rows apart), with its offset (query i sees keys
-    j < i + 1 + offset), sign of the scale (q_factor) and |scale| · log2(e).  An int8
+    inputs' own; K/V heads kv_rows rows apart, the first n_k of each read), with its
+    offset (query i sees keys j < i + 1 + offset), sign of the scale (q_factor) and
+    |scale| · log2(e).  An int8
     cache: k and v int8, k_scales and v_scales float32 (B_kv, n_k) with heads kv_rows apart;
     an int4 cache: k (B_kv, n_k, ceil(d / 2)) and v uint8, the scales (B_kv, n_k, groups).
     Extra memory: partials of B · n_chunks · n_q · (d_v + 2) in out's type."""
     heads, n_q, d = q.shape
-    kv_heads, n_k, d_v = (*v.shape[:2], out.shape[2])
+    kv_heads, d_v = v.shape[0], out.shape[2]
     group = heads // kv_heads
     n_chunks = -(-n_k // SPLIT_KV_CHUNK)
     real = input_format(dtype)[1]

@@ -65,12 +65,12 @@ stays out of that query's P V, so that not even 0 · NaN reaches it.  Tasks are 
 out heaviest first (``task_order``).
 
 bfloat16 and float16: the inputs reach the tasks as their bits (uint16) and are widened
-to float32, exactly (``rung3_numba_simd.widen``), inside the tiles: Qᵀ as it is filled,
+to float32, exactly (``rung3_numba_half.widen``), inside the tiles: Qᵀ as it is filled,
 the V tile as it is copied, and each key tile into a float32 scratch tile (TILE_K x d)
 that qk_tile reads (float32 and float64 keys are read in place, as before).  No
 widened copy of a whole input is made.  Scores, softmax, P and P·V are float32, as for
 float32 inputs.  An output of the 16-bit type (``kernels.attention``) is written here,
-each value rounded to nearest even as its row is stored (``rung3_numba_simd.narrow``:
+each value rounded to nearest even as its row is stored (``rung3_numba_half.narrow``:
 NumPy's and ml_dtypes' casts of the float32 result, bit for bit), so that no pass over
 the output is left; a float32 output (``attention_unrounded``) is written as is.
 A 16-bit task takes TILE_Q_HALF = 288 queries, three times float32's: widening a key
@@ -105,10 +105,10 @@ from ..band import Band
 from ..cache_formats import FORMATS
 from ..threads import address, parallel_for, threads_for
 from . import rung3_numba_split_kv
+from .rung3_numba_half import input_format, narrow, output_format, rows_in_compute_type, widen, widen_rows
 from .rung3_numba_simd import (
     BLOCK_ROWS, BLOCK_VECTORS, INTERNAL, JIT_OPTIONS, TASK, aligned_empty, call_arrays, exp2, fma_vector,
-    input_format, narrow, output_format, panel_width, prefer_wide_vectors, register_block, rows_in_compute_type,
-    widen, widen_rows,
+    panel_width, prefer_wide_vectors, register_block,
 )
 from .rung3_numba_split_kv import SPLIT_KV_MAX_ROWS
 
@@ -440,7 +440,7 @@ def query_tile_task(dtype, out_dtype):
     return query_tile
 
 
-def run(q, k, v, out, causal, scale, band=None):
+def run(q, k, v, out, causal, scale, band=None, n_k=None):
     """q (B, n_q, d) C-contiguous, k (B_kv, n_k, d), v (B_kv, n_k, d_v) with B_kv dividing B
     (grouped-query attention: query head h reads K/V head h // (B / B_kv)) and C-contiguous
     rows, heads any whole number of rows apart (``api.kv_layout``: a KV cache's spare
@@ -451,17 +451,24 @@ def run(q, k, v, out, causal, scale, band=None):
     path, which reads each K/V head once for its whole group, unless the band has a
     window (the query tiles skip the keys outside it).  band: the keys each query sees
     (``kernels.band``; None: full, or causal).  16-bit inputs and outputs go to compiled
-    code as their bits (uint16 views)."""
+    code as their bits (uint16 views).  n_k: given, k (B_kv, kv_rows, d) and v (B_kv,
+    kv_rows, d_v) are C-contiguous buffers whose heads' first n_k rows are the keys and
+    values (a KV cache's whole buffers, ``KVCache.attend``): read in place, with no layout
+    to work out."""
     band = band or Band.of(causal)
     dtype = q.dtype
     stored, _, fmt = input_format(dtype)
-    k, v, kv_rows = kv_layout(k, v)
+    if n_k is None:
+        k, v, kv_rows = kv_layout(k, v)
+        n_k = k.shape[1]
+    else:
+        kv_rows = k.shape[1]
     q, k, v = (a.view(stored) for a in (q, k, v))
     heads, n_q, d = q.shape
-    kv_heads, n_k, d_v = v.shape
+    kv_heads, d_v = v.shape[0], v.shape[2]
     offset, left_offset, q_factor, log2_scale = _constants(n_q, n_k, band, scale)
     if n_q <= SPLIT_KV_MAX_ROWS and not band.windowed:
-        rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, dtype)
+        rung3_numba_split_kv.run(q, k, v, out, kv_rows, n_k, offset, q_factor, log2_scale, dtype)
         return
     n_query_tiles = -(-n_q // query_tile_rows(fmt))
     call = np.array([(*map(address, (q, k, v, out)), heads, n_q, n_k, d, d_v, kv_heads, kv_rows,
@@ -504,7 +511,8 @@ def _run_scaled(fmt, q, k, k_scales, v, v_scales, out, causal, scale):
         return
     kv_rows = _scaled_layout(k, k_scales, v, v_scales)
     offset, _, q_factor, log2_scale = _constants(q.shape[1], k.shape[1], Band.of(causal), scale)
-    rung3_numba_split_kv.run(q, k, v, out, kv_rows, offset, q_factor, log2_scale, q.dtype, k_scales, v_scales)
+    rung3_numba_split_kv.run(q, k, v, out, kv_rows, k.shape[1], offset, q_factor, log2_scale, q.dtype, k_scales,
+                             v_scales)
 
 
 def _scaled_layout(k, k_scales, v, v_scales):

@@ -121,7 +121,7 @@ from ..api import ExtensionNotBuilt, kv_layout
 from ..band import Band
 from ..cache_formats import FORMATS
 from ..dtypes import FLOATS
-from ..threads import budget
+from ..threads import address, budget
 
 try:
     from .._attention_c import ffi, lib
@@ -142,7 +142,7 @@ _FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_poin
 _F32, _I8, _U8 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8)
 
 
-def run(q, k, v, out, causal, scale, band=None):
+def run(q, k, v, out, causal, scale, band=None, n_k=None):
     """q (B, n_q, d) C-contiguous; k (B_kv, n_k, d), v (B_kv, n_k, d_v) with B a multiple of
     B_kv (query head h reads K/V head h // (B // B_kv)), each with C-contiguous rows and
     its heads kv_rows >= n_k rows apart, the same for both (a cache's buffers viewed as
@@ -151,19 +151,25 @@ def run(q, k, v, out, causal, scale, band=None):
     compute type, or for 16-bit inputs (which go to C as their bits) of their own type,
     each row rounded to nearest even as C stores it.  Writes every element of out.  band:
     the keys each query sees (``kernels.band``; None: full, or causal): the key tiles
-    outside it are skipped."""
+    outside it are skipped.  n_k: given, k (B_kv, kv_rows, d) and v (B_kv, kv_rows, d_v)
+    are C-contiguous buffers whose heads' first n_k rows are the keys and values (a KV
+    cache's whole buffers, ``KVCache.attend``): read in place, with no layout to work out."""
     forward, pointer, compute = _FORWARD[q.dtype]
     half = q.dtype.itemsize == 2
     rounded = half and out.dtype == q.dtype
     if out.dtype != compute and not rounded:   # C would write past a narrower out
         raise TypeError(f"c_tiled: out must be {compute} or {q.dtype} for {q.dtype} inputs, got {out.dtype}")
-    k, v, kv_rows = kv_layout(k, v)
+    if n_k is None:
+        k, v, kv_rows = kv_layout(k, v)
+        n_k = k.shape[1]
+    else:
+        kv_rows = k.shape[1]
     if half:  # bfloat16's dtype has no buffer-protocol format: pass the bits
         q, k, v = (x.view(np.uint16) for x in (q, k, v))
         out = out.view(np.uint16) if rounded else out
     # the 16-bit entry points take round_out after out
-    _call(forward, q, pointer, ((k, pointer), (v, pointer)), v.shape, out, kv_rows, band or Band.of(causal),
-          scale, round_out=(int(rounded),) if half else ())
+    _call(forward, q, pointer, ((k, pointer), (v, pointer)), (v.shape[0], n_k, v.shape[2]), out, kv_rows,
+          band or Band.of(causal), scale, round_out=(int(rounded),) if half else ())
 
 
 def run_int8(q, k, k_scale, v, v_scale, out, causal, scale):
@@ -219,9 +225,9 @@ def _scales_fit(scales, kv_rows):
 def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, band, scale, round_out=()):
     """forward(q, *kv, out, *round_out, B, group, n_q, n_k, kv_rows, d, d_v, left, right,
     sinks, scale, threads) (a side of the band that is None: -1, unbounded), kv: (array, C pointer type) pairs in forward's order (k, [k_scale,] v,
-    [v_scale]), v_shape (B_kv, n_k, d_v); passed by address (a view with a head stride
-    has no contiguous buffer for ffi.from_buffer); the caller's frame keeps them alive for
-    the call.  q and out must be C-contiguous (from_buffer refuses them otherwise); out goes
+    [v_scale]), v_shape (B_kv, n_k, d_v); passed by address (``threads.address``: a view
+    with a head stride has no contiguous buffer for ffi.from_buffer); the caller's frame
+    keeps them alive for the call.  q and out must be C-contiguous (from_buffer refuses them otherwise); out goes
     as a void pointer, of the type forward writes."""
     batch, n_q, d = q.shape
     kv_heads, n_k, d_v = v_shape
@@ -229,7 +235,7 @@ def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, band, scale, round_o
         raise ValueError(f"c_tiled: {batch} query heads are not a multiple of {kv_heads} K/V heads")
     status = forward(
         ffi.cast(q_pointer, ffi.from_buffer(q)),
-        *(ffi.cast(pointer, x.ctypes.data) for x, pointer in kv),
+        *(ffi.cast(pointer, address(x)) for x, pointer in kv),
         ffi.cast("void *", ffi.from_buffer(out, require_writable=True)), *round_out,
         batch, batch // kv_heads, n_q, n_k, kv_rows, d, d_v, _side(band.left), _side(band.right), band.sinks,
         scale, budget(),
