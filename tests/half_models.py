@@ -55,3 +55,9 @@ def run(q, k, v, out, causal, scale):
     (while ``ROUNDS_SCORES``); float32 inputs it computes in float32."""
     bug = "scores in half" if ROUNDS_SCORES and q.dtype.itemsize == 2 else None
     out[...] = half_model(q, k, v, causal, q.dtype, bug, scale)   # a 16-bit result widens exactly
+
+
+def prepare(q, k, v, causal, scale, band=None):
+    """The peer's call on inputs made once (``peer_call``): its ``run`` into an output of its own."""
+    out = np.empty(q.shape[:2] + v.shape[2:], np.float32)
+    return lambda: run(q, k, v, out, causal, scale)
