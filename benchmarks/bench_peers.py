@@ -25,13 +25,14 @@ from kernels import bench_spec as spec
 from kernels import harness
 from kernels.api import attention_unheld
 
-from .common import THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, peer_call, side_by_side
+from .common import PEER_THREAD_COUNTS, ThreadBudget, check_runs, make_inputs, peer_call, side_by_side
 
 
 class PeerSpeedup(ThreadBudget):
     """A tiled kernel's speed over one peer: the peer's median time ÷ ours, timed side by side."""
 
-    params = [list(spec.PEERS), list(spec.TILED), list(spec.PEER_SHAPES), THREAD_COUNTS, list(spec.PEER_DTYPES)]
+    params = [list(spec.PEERS), list(spec.PEER_KERNELS), list(spec.PEER_SHAPES), PEER_THREAD_COUNTS,
+              list(spec.PEER_DTYPES)]
     param_names = ["peer", "kernel", "shape", "threads", "dtype"]
     rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 900
 

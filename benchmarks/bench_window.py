@@ -176,7 +176,7 @@ class WindowPeers:
     """A tiled rung's speed over a peer with a window: the peer's time ÷ ours, side by side,
     8 heads, n = WINDOW_PEER_SEQ_LEN, WINDOW_PEER_BAND, float32, all threads."""
 
-    params = [list(spec.PEERS), list(spec.TILED)]
+    params = [list(spec.PEERS), list(spec.PEER_KERNELS)]
     param_names = ["peer", "kernel"]
     rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 900
 

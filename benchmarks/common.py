@@ -13,12 +13,13 @@ import numpy as np
 import kernels
 from kernels.api import attention_unheld, check_resources, validate
 from kernels.band import Band
-from kernels.bench_spec import HEAD_DIM
+from kernels.bench_spec import HEAD_DIM, QUICK
 from kernels.dtypes import float_type
 from kernels.spread import asv_samples
 
 KERNEL_NAMES = list(kernels.KERNELS)
 THREAD_COUNTS = sorted({1, kernels.threads.available_cpus()})  # one thread, and every CPU
+PEER_THREAD_COUNTS = THREAD_COUNTS[-1:] if QUICK else THREAD_COUNTS  # a quick run: every CPU only
 
 
 class ThreadBudget:

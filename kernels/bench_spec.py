@@ -135,10 +135,14 @@ PEER_SHAPE_DTYPES = {"full": ALL_DTYPES, "causal": ALL_DTYPES, "decode": (DECODE
                      "short_decode": (DECODE_DTYPE,), "tiny": (DECODE_DTYPE,)}
 HALF_PEER_KERNEL = "c_tiled"
 PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "short_decode": 301, "tiny": 301}
-if QUICK:  # a peer's process costs seconds to start (imports, sessions): two shapes, float32, 3 rounds
+PEER_KERNELS = TILED   # our rungs beside the peers (PeerSpeedup, WindowPeers)
+if QUICK:
+    # a peer's process costs seconds to start (imports, sessions): two shapes, float32, 3
+    # rounds, c_tiled alone (and every thread only: benchmarks.common.PEER_THREAD_COUNTS)
     PEER_SHAPES = ("full", "tiny")
     PEER_SHAPE_DTYPES = {shape: DTYPES[:1] for shape in PEER_SHAPES}
     PEER_ROUNDS = {"full": 3, "causal": 3, "decode": 3, "short_decode": 51, "tiny": 51}
+    PEER_KERNELS = ("c_tiled",)
 PEER_DTYPES = tuple(dtype for dtype in ALL_DTYPES if any(dtype in kept for kept in PEER_SHAPE_DTYPES.values()))
 DECODE_PEER_SEQ_LEN = 65536  # the decode shape's cache
 # PeerAccuracy: each peer in each of its probed types (``Kernel.probed``: the 16-bit ones,
