@@ -30,7 +30,7 @@ from kernels import bench_spec as spec
 from kernels.api import planned
 from kernels.spread import asv_samples
 
-from .common import check_fits, make_inputs, rate_samples, side_by_side
+from .common import check_fits, make_inputs, rate_samples, read_fraction, side_by_side
 
 
 def _cache(cache_dtype, kv_heads, seq_len, capacity=None, seed=0):
@@ -81,6 +81,12 @@ class CacheFormats:
         return rate_samples(self.cache.nbytes, self.token, repeats=spec.CACHE_ROUNDS)
 
     track_read_gbytes_per_second.unit = "GB/s"
+
+    def track_read_fraction(self, kernel, cache_dtype, kv_heads):
+        """The step's read rate ÷ the streaming read's, side by side (``common.read_fraction``)."""
+        return read_fraction(self.token, self.cache.nbytes, spec.CACHE_ROUNDS)
+
+    track_read_fraction.unit = "fraction"
 
     def track_speedup(self, kernel, cache_dtype, kv_heads):
         """The float32 cache of 8 K/V heads' time ÷ this one's, side by side."""

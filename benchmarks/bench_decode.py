@@ -17,7 +17,7 @@ import numpy as np
 import kernels
 from kernels import bench_spec as spec
 
-from .common import KERNEL_NAMES, check_runs, make_inputs, peer_call, rate_samples, side_by_side
+from .common import KERNEL_NAMES, check_runs, make_inputs, peer_call, rate_samples, read_fraction, side_by_side
 
 
 class _Prefix:
@@ -65,6 +65,19 @@ class CachedDecode(_CachedStep):
         return rate_samples(self.cache.nbytes, self.token, repeats=9)
 
     track_cache_read_gbytes_per_second.unit = "GB/s"
+
+
+class CachedDecodeReadFraction(_CachedStep):
+    """A step's read rate of the cache as a fraction of the streaming read, side by side
+    (``common.read_fraction``), at the largest n: a cache far beyond the caches."""
+
+    params = [KERNEL_NAMES, [max(spec.DECODE_SEQ_LENS)]]
+    param_names = ["kernel", "seq_len"]
+
+    def track_fraction(self, kernel, seq_len):
+        return read_fraction(self.token, self.cache.nbytes, spec.DECODE_READ_ROUNDS)
+
+    track_fraction.unit = "fraction"
 
 
 class RecomputedDecode(_Prefix):

@@ -1,7 +1,7 @@
 """The machine's ceilings and the suite's fixed costs, measured in the same run.
 
 The FMA peak per precision (the compute roof no kernel passes; bfloat16's is the peak of its
-dot products, where the CPU has AVX512-BF16), c_tiled's GFLOP/s as a fraction of it timed
+dot products, where the CPU has AVX512-BF16), the rungs' GFLOP/s as a fraction of it timed
 side by side with its loop, sgemm/dgemm throughput of
 the installed BLAS, named (what a kernel doing 4·n²·d flops in matrix products could hope
 for), copy bandwidth and streaming-read bandwidth (what a decoding step,
@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 
-import numba
 import numpy as np
 
 import kernels
@@ -49,26 +48,33 @@ class Ceilings(ThreadBudget):
     track_fma_peak_gflops.unit = "GFLOP/s"
 
 
-class PeakFraction:
-    """A kernel's GFLOP/s as a fraction of the peak of its type, timed side by side: each
-    round one call of the kernel (8 heads at the headline n, full, every thread of the
-    budget) and one call of the peak's loop (``Ceilings``') doing as many flops, each going
-    first in turn; the fraction is the loop's time ÷ the kernel's, times the loop's flops ÷
-    the kernel's.  Both see the same load, as a peer ratio's calls do."""
+class PeakFraction(ThreadBudget):
+    """A kernel's GFLOP/s as a fraction of its type's roof, timed side by side: each round
+    one call of the kernel (8 heads at the headline n, full or causal, on ``threads``) and
+    one call of the roof's peak loop (``Ceilings``', ``ceilings.roof_type``: float16, and
+    bfloat16 without AVX512-BF16, against float32's FMAs) doing as many flops on as many
+    threads, each going first in turn; the fraction is the loop's time ÷ the kernel's, times
+    the kernel's flops ÷ the loop's.  Both see the same load, as a peer ratio's calls do.
+    The cases are the ones the report reads (``spec.peak_fraction_case``)."""
 
-    params = [list(spec.PEAK_FRACTION_KERNELS), list(spec.PEAK_FRACTION_DTYPES)]
-    param_names = ["kernel", "dtype"]
+    params = [list(spec.PEAK_FRACTION_KERNELS), list(spec.PEAK_FRACTION_DTYPES), THREAD_COUNTS,
+              list(spec.PEAK_FRACTION_CAUSAL)]
+    param_names = ["kernel", "dtype", "threads", "causal"]
     rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 600
 
-    def setup(self, kernel, dtype):
-        _require_peak(dtype)
-        q, k, v = prepare(kernel, spec.HEADS, spec.HEADLINE_SEQ_LEN, dtype)
-        self.call = functools.partial(kernels.attention, q, k, v, kernel=kernel)
-        self.flops = attention_flops(spec.HEADLINE_SEQ_LEN, spec.HEADLINE_SEQ_LEN, spec.HEAD_DIM, batch=spec.HEADS)
-        self.peak, self.peak_flops = ceilings.peak_loop(dtype, self.flops)
+    def setup(self, kernel, dtype, threads, causal):
+        why_not = spec.peak_fraction_case(kernel, dtype, threads == THREAD_COUNTS[-1], causal)
+        if why_not:
+            raise NotImplementedError(why_not)
+        self.use_threads(threads)
+        q, k, v = prepare(kernel, spec.HEADS, spec.HEADLINE_SEQ_LEN, dtype, causal)
+        self.call = functools.partial(kernels.attention, q, k, v, kernel=kernel, causal=causal)
+        self.flops = attention_flops(spec.HEADLINE_SEQ_LEN, spec.HEADLINE_SEQ_LEN, spec.HEAD_DIM,
+                                     batch=spec.HEADS, causal=causal)
+        self.peak, self.peak_flops = ceilings.peak_loop(ceilings.roof_type(dtype), self.flops, threads)
         self.peak()  # warm-up: the pool's helpers awake
 
-    def track_fraction(self, kernel, dtype):
+    def track_fraction(self, kernel, dtype, threads, causal):
         return side_by_side(self.peak, self.call, spec.PEAK_FRACTION_ROUNDS, self.flops / self.peak_flops)
 
     track_fraction.unit = "fraction"
@@ -133,12 +139,10 @@ class Machine:
     track_memory_bandwidth.unit = "GB/s"
 
     def track_read_bandwidth(self):
-        """Streaming read over every thread of the budget: bytes read per second (a sum of
-        512 MiB, each thread its own contiguous part)."""
-        numba.set_num_threads(min(kernels.threads.budget(), numba.config.NUMBA_NUM_THREADS))
-        parts = kernels.threads.budget()
-        _parallel_sum(self.src, parts)  # warm-up: compile, pages
-        return rate_samples(self.src.nbytes, lambda: _parallel_sum(self.src, parts))
+        """Streaming read over every thread of the budget: bytes read per second
+        (``ceilings.read_loop``: a sum of 512 MiB, each thread its own contiguous part)."""
+        read, nbytes = ceilings.read_loop()
+        return rate_samples(nbytes, read)
 
     track_read_bandwidth.unit = "GB/s"
 
@@ -146,19 +150,6 @@ class Machine:
         return kernels.threads.budget()
 
     track_thread_budget.unit = "threads"
-
-
-# Each part summed as a slice, reassociated into SIMD lanes, so that memory, not the add
-# latency, bounds it (an explicit scalar loop read at a third of the rate)
-@numba.njit(parallel=True, fastmath={"reassoc"}, cache=True)
-def _parallel_sum(array, parts):
-    """Σ array over ``parts`` contiguous parts, one per parallel task."""
-    size = array.size // parts
-    partial = np.zeros(parts)
-    for part in numba.prange(parts):
-        stop = array.size if part == parts - 1 else (part + 1) * size
-        partial[part] = array[part * size:stop].sum()
-    return partial.sum()
 
 
 # Each start-up cost is measured in a fresh interpreter, the only place it exists.

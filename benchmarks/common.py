@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 import kernels
+from kernels import ceilings
 from kernels.api import attention_unheld, check_resources, validate
 from kernels.band import Band
 from kernels.bench_spec import HEAD_DIM, QUICK
@@ -124,6 +125,14 @@ def side_by_side(baseline, candidate, rounds, work_ratio=1.0):
             seconds[name] = time.perf_counter() - start
         ratios.append(seconds["baseline"] / seconds["candidate"] * work_ratio)
     return asv_samples(ratios)
+
+
+def read_fraction(step, nbytes, rounds):
+    """``side_by_side`` of the streaming read (``ceilings.read_loop``, the memory roof) and
+    ``step``, a call reading ``nbytes`` once: per round, the step's read rate ÷ the streaming
+    read's, the two timed back to back, so that a disturbed minute moves both."""
+    read, read_bytes = ceilings.read_loop()
+    return side_by_side(read, step, rounds, nbytes / read_bytes)
 
 
 def seconds_each(calls, repeats):

@@ -77,6 +77,9 @@ TINY_SEQ_LEN = 64
 # one query over a cache of CALL_COST_CACHE tokens (8 heads: 2 MiB, in L3), CALL_COST_CALLS
 # calls of each a round (a call of microseconds is below the clock's steadiness alone).
 CALL_COST_SHAPES = ("tiny", "decode")
+# CachedDecodeReadFraction: a step's read rate ÷ the streaming read's, side by side, at the
+# largest n, in this many rounds of one step and one read each.
+DECODE_READ_ROUNDS = 5 if QUICK else 9
 CALL_COST_CACHE = 1024
 CALL_COST_CALLS = 20
 CALL_COST_ROUNDS = 15 if QUICK else 101
@@ -84,12 +87,25 @@ CALL_COST_ROUNDS = 15 if QUICK else 101
 
 # Ceilings: the peak of each type that has a loop of its own (float32's and float64's FMAs;
 # bfloat16's dot products, where the CPU has AVX512-BF16), on one thread and every CPU.
-# PeakFraction: c_tiled's GFLOP/s ÷ the peak of its type, timed side by side with the peak's
-# loop doing as many flops, on 8 heads at the headline n, full, all threads (float32 against
-# the FMA peak; bfloat16 against the dot-product peak, only where there is one).
+# PeakFraction: a kernel's GFLOP/s ÷ its type's roof, timed side by side with the roof's
+# loop doing as many flops (8 heads at the headline n), in the cases the report reads: the
+# tiled rungs in every type, full and causal, on one thread and every CPU (the headline,
+# thread scaling, half precision, the roofline; a peer's is c_tiled's ÷ c_tiled's speed over
+# it, PeerSpeedup's, side by side too), numpy on every CPU, full (the headline).  Quick:
+# the tiled rungs, float32 and bfloat16, full.
 PEAK_DTYPES = tuple(PEAK_BITS)
-PEAK_FRACTION_KERNELS = ("c_tiled",)
-PEAK_FRACTION_DTYPES = ("float32", "bfloat16")
+PEAK_FRACTION_KERNELS = TILED if QUICK else ("numpy", *TILED)
+PEAK_FRACTION_DTYPES = ("float32", "bfloat16") if QUICK else ALL_DTYPES
+PEAK_FRACTION_CAUSAL = (False,) if QUICK else (False, True)
+
+
+def peak_fraction_case(kernel, dtype, every_thread, causal):
+    """Why PeakFraction does not measure this case (a skip's reason), or None when it does."""
+    if kernel not in TILED and (causal or not every_thread or dtype not in DTYPES):
+        return f"{kernel}: float32 and float64, full, every thread only (the headline's cells)"
+    return None
+
+
 PEAK_FRACTION_ROUNDS = 3 if QUICK else 7
 
 
@@ -250,7 +266,7 @@ NUMPY_SPEEDUP = Benchmark("bench_attention.NumpySpeedup.track_speedup", ("kernel
 WALL_MEMORY = Benchmark("bench_attention.MemoryWall.track_peak_extra_bytes", ("kernel",))
 WALL_SECONDS = Benchmark("bench_attention.MemoryWall.track_seconds", ("kernel",))
 FMA_PEAK = Benchmark("bench_machine.Ceilings.track_fma_peak_gflops", ("dtype", "threads"))
-PEAK_FRACTION = Benchmark("bench_machine.PeakFraction.track_fraction", ("kernel", "dtype"))
+PEAK_FRACTION = Benchmark("bench_machine.PeakFraction.track_fraction", ("kernel", "dtype", "threads", "causal"))
 BLAS_THREADS = Benchmark("bench_machine.Blas.track_threads", ("blas",))
 SGEMM_UNFORCED = Benchmark("bench_machine.Blas.track_sgemm_gflops_unforced", ("blas",))
 SGEMM = Benchmark("bench_machine.Machine.track_sgemm_gflops")
@@ -269,6 +285,7 @@ DECODE_RECOMPUTED = Benchmark("bench_decode.RecomputedDecode.time_token", ("kern
 TINY_CALL = Benchmark("bench_decode.TinyCall.time_attention", ("kernel",))
 CALL_COST = Benchmark("bench_decode.CallCost.track_over_run", ("kernel", "shape"))
 READ_BANDWIDTH = Benchmark("bench_machine.Machine.track_read_bandwidth")
+DECODE_READ_FRACTION = Benchmark("bench_decode.CachedDecodeReadFraction.track_fraction", ("kernel", "seq_len"))
 _CONTEXT = ("kernel", "shape", "context")
 CONTEXT_OVER_ALONE = Benchmark("bench_context.InContext.track_over_alone", _CONTEXT)
 CONTEXT_OVER_ONE_THREAD = Benchmark("bench_context.InContext.track_over_one_thread", _CONTEXT)
@@ -278,6 +295,7 @@ HALF_FIDELITY = Benchmark("bench_half.HalfFidelity.track_min_cosine", ("kernel",
 _CACHE = ("kernel", "cache_dtype", "kv_heads")
 CACHE_SPEEDUP = Benchmark("bench_cache.CacheFormats.track_speedup", _CACHE)
 CACHE_READ_RATE = Benchmark("bench_cache.CacheFormats.track_read_gbytes_per_second", _CACHE)
+CACHE_READ_FRACTION = Benchmark("bench_cache.CacheFormats.track_read_fraction", _CACHE)
 CACHE_TOKEN_TIME = Benchmark("bench_cache.CacheFormats.time_token", _CACHE)
 CACHE_PEER_SPEEDUP = Benchmark("bench_cache.CachePeers.track_speedup", ("peer",) + _CACHE)
 CACHE_GENERATE = Benchmark("bench_cache.CacheGenerate.track_seconds", _CACHE)
@@ -302,10 +320,10 @@ WINDOW_MIN_COSINE = Benchmark("bench_window.WindowFidelity.track_min_cosine", _W
 BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEER_SPEEDUP, PEER_ACCURACY,
               NUMPY_SPEEDUP, WALL_MEMORY, WALL_SECONDS, SGEMM, DGEMM, BANDWIDTH, THREAD_BUDGET,
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
-              MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, TINY_CALL, CALL_COST,
+              MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, DECODE_READ_FRACTION, TINY_CALL, CALL_COST,
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
               PEAK_FRACTION, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP,
-              CACHE_READ_RATE, CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR,
+              CACHE_READ_RATE, CACHE_READ_FRACTION, CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR,
               KEY_GRANULARITY, WINDOW_TIME, WINDOW_GFLOPS, WINDOW_MEMORY, BOUNDED_STEP, BOUNDED_BYTES,
               BOUNDED_OVER_UNBOUNDED, WINDOW_PEER_SPEEDUP, WINDOW_MEAN_COSINE, WINDOW_MIN_COSINE)
 # The gemm that bounds each dtype's throughput: (its name, the benchmark measuring it).

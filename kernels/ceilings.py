@@ -5,6 +5,8 @@
     fma_peak_gflops("bfloat16")             # the bfloat16 dot-product peak (AVX512-BF16 only)
     missing_unit("bfloat16")                # "no AVX512-BF16 on this CPU", or None where it runs
     peak_loop("float32", flops)             # (call, its flops): the peak's loop, sized to a kernel's call
+    roof_type("float16")                    # "float32": the type whose peak bounds a kernel in float16
+    read_loop()                             # (call, its bytes): the streaming read over the budget
     gemm_gflops("float32")                  # [GFLOP/s, ...]: NumPy's BLAS on a 2048² product
     blas(), blas_summary()                  # which BLAS, which core kernels, what forced them
     gemm_gflops_unforced("float32")         # the same gemm where nothing forces the kernels
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import time
 
+import numba
 import numpy as np
 
 from . import dtypes, threads
@@ -49,6 +52,9 @@ PEAK_BITS = {"float32": 32, "float64": 64, "bfloat16": 16}
 # The unit a type's loop needs beyond what every CPU has (the generic loop), as a skip
 # reason names it.
 PEAK_UNITS = {"bfloat16": "AVX512-BF16"}
+
+# The streaming read's buffer: 512 MiB, far beyond any cache of these machines
+READ_BYTES = 2**29
 
 # Environment variables that make a BLAS run other kernels, or other blocking, than it
 # would choose by itself, by threadpoolctl's internal_api.  (OPENBLAS_VERBOSE is not one:
@@ -128,6 +134,41 @@ def peak_loop(dtype, flops, threads=None):
     per_round = loop(1)
     rounds = max(1, round(flops / per_round))
     return functools.partial(loop, rounds), per_round * rounds
+
+
+def roof_type(dtype):
+    """The type whose peak bounds a kernel computing in ``dtype`` on this CPU: its own where
+    it has a loop here (float32, float64; bfloat16 where the CPU has AVX512-BF16), float32's
+    for a type widened to float32 before any product (float16, and bfloat16 elsewhere)."""
+    name = dtypes.type_name(dtype)
+    return name if name in PEAK_BITS and missing_unit(name) is None else "float32"
+
+
+def read_loop(nbytes=READ_BYTES):
+    """(call, its bytes): a streaming read of a buffer of ``nbytes`` (a sum of float64 ones,
+    each thread of the budget summing its own contiguous part), the memory roof a decode
+    step, which reads the cache once, is read against; timed alone for the bandwidth, beside
+    a step for its fraction.  Cost: ``nbytes`` of memory, its pages touched here, and the
+    first call's Numba compile (cached on disk)."""
+    buffer = np.ones(max(1, nbytes // 8))
+    parts = threads.budget()
+    numba.set_num_threads(min(parts, numba.config.NUMBA_NUM_THREADS))
+    call = functools.partial(_parallel_sum, buffer, parts)
+    call()  # warm-up: compile, pages
+    return call, buffer.nbytes
+
+
+# Each part summed as a slice, reassociated into SIMD lanes, so that memory, not the add
+# latency, bounds it (an explicit scalar loop read at a third of the rate)
+@numba.njit(parallel=True, fastmath={"reassoc"}, cache=True)
+def _parallel_sum(array, parts):
+    """Σ array over ``parts`` contiguous parts, one per parallel task."""
+    size = array.size // parts
+    partial = np.zeros(parts)
+    for part in numba.prange(parts):
+        stop = array.size if part == parts - 1 else (part + 1) * size
+        partial[part] = array[part * size:stop].sum()
+    return partial.sum()
 
 
 def gemm_gflops(dtype, n=2048, repeats=5):

@@ -2,7 +2,6 @@
 import argparse
 import math
 import os
-import pathlib
 import sys
 import time
 

@@ -79,22 +79,57 @@ def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatc
 
 
 def test_the_bfloat16_peak_skips_naming_the_unit_this_cpu_lacks(bench_modules):
-    """Ceilings' and PeakFraction's bfloat16 cases need AVX512-BF16; elsewhere asv records a
-    skip whose reason names it (the rest of both classes runs on any CPU)."""
+    """Ceilings' bfloat16 cases need AVX512-BF16; elsewhere asv records a skip whose reason
+    names it (the rest of the class runs on any CPU; PeakFraction reads bfloat16 against
+    float32's loop there: test_peak_fraction_times_a_rung_beside_its_roofs_loop)."""
     from kernels import ceilings
 
     reason = ceilings.missing_unit("bfloat16")
     if reason is None:
         pytest.skip("this CPU has AVX512-BF16: its bfloat16 peak is measured, not skipped")
-    machine = bench_modules["bench_machine"]
-    budget = kernels.threads.budget()
-    for cls, params in ((machine.Ceilings, ("bfloat16", 1)), (machine.PeakFraction, ("c_tiled", "bfloat16"))):
-        benchmark = cls()
-        with pytest.raises(NotImplementedError, match="^no AVX512-BF16 on this CPU$"):
-            benchmark.setup(*params)
-        if hasattr(benchmark, "teardown"):
-            benchmark.teardown(*params)
-        assert kernels.threads.budget() == budget
+    benchmark, budget = bench_modules["bench_machine"].Ceilings(), kernels.threads.budget()
+    with pytest.raises(NotImplementedError, match="^no AVX512-BF16 on this CPU$"):
+        benchmark.setup("bfloat16", 1)
+    benchmark.teardown("bfloat16", 1)
+    assert kernels.threads.budget() == budget
+
+
+@pytest.mark.parametrize("kernel, dtype, causal", [("c_tiled", "bfloat16", False), ("numba_tiled", "float16", True),
+                                                   ("numpy", "float64", False)])
+def test_peak_fraction_times_a_rung_beside_its_roofs_loop(bench_modules, monkeypatch, kernel, dtype, causal):
+    """Two side-by-side rounds on a small shape: a fraction of the roof of the type's products
+    (float16's, and bfloat16's without the unit, float32's FMAs), finite, above 0 and under
+    the roof (1 plus the rounds' noise), on one thread, the budget put back."""
+    monkeypatch.setattr(bench_spec, "HEADLINE_SEQ_LEN", 512)
+    monkeypatch.setattr(bench_spec, "PEAK_FRACTION_ROUNDS", 2)
+    benchmark, budget = bench_modules["bench_machine"].PeakFraction(), kernels.threads.budget()
+    threads = budget if kernel == "numpy" else 1
+    params = (kernel, dtype, threads, causal)
+    try:
+        benchmark.setup(*params)
+        fractions = benchmark.track_fraction(*params)
+    finally:
+        benchmark.teardown(*params)
+    assert len(fractions["samples"]) == 2 and all(0 < f < 1.5 for f in fractions["samples"]), fractions
+    assert kernels.threads.budget() == budget
+
+
+def test_peak_fraction_measures_only_the_cases_the_report_reads():
+    assert bench_spec.peak_fraction_case("c_tiled", "float16", False, True) is None
+    assert "numpy" in bench_spec.peak_fraction_case("numpy", "float32", True, True)
+    assert "numpy" in bench_spec.peak_fraction_case("numpy", "bfloat16", True, False)
+    assert bench_spec.peak_fraction_case("numpy", "float64", True, False) is None
+
+
+@pytest.mark.parametrize("kernel", ["c_tiled", "numba_tiled"])
+def test_a_decode_steps_read_fraction_is_timed_beside_the_streaming_read(bench_modules, monkeypatch, kernel):
+    """Rounds of one step and one streaming read of 512 MiB: the step's read rate ÷ the
+    read's, finite and above 0 (a cache of 16 MiB may read from the last-level cache: above 1)."""
+    monkeypatch.setattr(bench_spec, "DECODE_READ_ROUNDS", 2)
+    benchmark = bench_modules["bench_decode"].CachedDecodeReadFraction()
+    benchmark.setup(kernel, 4096)
+    fractions = benchmark.track_fraction(kernel, 4096)
+    assert len(fractions["samples"]) == 2 and all(0 < f < 20 for f in fractions["samples"]), fractions
 
 
 @pytest.mark.parametrize("shape", bench_spec.PEER_SHAPES)

@@ -12,7 +12,6 @@ rounded up by a third or more for the 16-bit formats, so that a change in the fo
 kernels that loses accuracy fails, and a seed's luck does not.  A long decode's mean error
 is held to half its bound as well (measured: at most 0.42 of it, int8's 0.0265 of 0.063).
 """
-import numpy as np
 import pytest
 
 from kernels.decode import fidelity

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kernels
-from kernels.cache_formats import (FORMATS, INT4_GROUP, INT4_LEVELS, INT8_LEVELS, cache_format, decode_queries,
+from kernels.cache_formats import (FORMATS, INT4_GROUP, INT4_LEVELS, cache_format, decode_queries,
                                     pack_int4, quantise_int4, quantise_int8, unpack_int4)
 from kernels.harness import Case, compare, error_budget
 from kernels.reference import reference_attention

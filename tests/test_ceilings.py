@@ -178,3 +178,15 @@ def test_unforced_gemm_runs_in_a_child():
     assert len(samples) == 2 and all(math.isfinite(s) and s > 0 for s in samples)
     assert architecture
     assert dict(os.environ) == before
+
+
+def test_the_roof_of_a_widened_type_is_float32s():
+    assert ceilings.roof_type("float16") == "float32"
+    assert ceilings.roof_type("float64") == "float64"
+    assert ceilings.roof_type("bfloat16") == ("float32" if ceilings.missing_unit("bfloat16") else "bfloat16")
+
+
+def test_the_streaming_read_reads_its_bytes_and_sums_them():
+    call, nbytes = ceilings.read_loop(2**20)
+    assert nbytes == 2**20
+    assert call() == 2**20 / 8   # a sum of ones: every element read once

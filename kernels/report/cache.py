@@ -38,9 +38,9 @@ def cache_speedup(run, kernel, cache_dtype, kv_heads):
 
 
 def read_fraction(run, kernel, cache_dtype, kv_heads):
-    """The step's read rate of the cache ÷ the streaming-read bandwidth of the same run."""
-    return ratio(run.value(spec.CACHE_READ_RATE, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads),
-                 run.value(spec.READ_BANDWIDTH))
+    """The step's read rate of the cache ÷ the streaming read's, the step and the read's own
+    loop alternating round by round (``CacheFormats.track_read_fraction``)."""
+    return run.value(spec.CACHE_READ_FRACTION, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads)
 
 
 def worst_read_fraction(run, kernel):
@@ -95,7 +95,7 @@ def cache(run):
         Column("bytes_per_token", "bytes read per token", format_bytes),
         Column("seconds", "time per token", fmt_seconds),
         Column("gbytes_per_second", "read, GB/s", lambda v: f"{v:.1f}"),
-        Column("fraction_of_read_bandwidth", "of the read bandwidth", fmt_percent),
+        Column("fraction_of_read_bandwidth", "of the streaming read (side by side)", fmt_percent),
         Column("over_float32_8_heads", "speed over float32, 8 K/V heads (side by side)", fmt_ratio)),
         [[kernel, cache_dtype, kv_heads, token_bytes(cache_dtype, kv_heads),
           run.value(spec.CACHE_TOKEN_TIME, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads),
@@ -158,6 +158,9 @@ def cache(run):
         "joined: at one read rate the segment is parallel to the dotted line. "
         "Peers (open markers, dashed) are placed at our c_tiled time times their side-by-side ratio.",
         Plot("cache_time_vs_bytes.png", "Time per token against the bytes it reads", draw),
+        "A step's share of the streaming read is timed side by side: each round one step and one call "
+        "of the read's own loop, each going first in turn (`CacheFormats.track_read_fraction`). A "
+        "cache that fits the CPU's last-level cache reads faster than memory streams, above 100%.",
         speeds,
         "Beside the peers that take the same cache (`Kernel.cache_refusal` says why the others do "
         "not): their time ÷ ours, side by side in one process. ONNX Runtime (float16, int8), "

@@ -1,7 +1,8 @@
 """The machine's ceilings as the results hold them: the peak per precision and thread count
 (``Ceilings``: float32's and float64's FMAs; bfloat16's dot products, where the CPU has
 AVX512-BF16), a kernel's fraction of its type's peak timed side by side with the peak's loop
-(``PeakFraction``), NumPy's BLAS, named (``Blas``), its gemm, and the bandwidths.
+(``PeakFraction``; every fraction of a peak the report gives is read here), NumPy's BLAS,
+named (``Blas``), its gemm, and the bandwidths.
 
 bfloat16's roof is the machine's question, not a kernel's: where the CPU has a bfloat16 unit,
 every bfloat16 figure is read against its dot-product peak (a rung that widens bfloat16 to
@@ -11,7 +12,8 @@ import math
 
 from .. import bench_spec as spec
 from ..machine_id import isa_of
-from ..output import fmt_number, missing, text
+from ..output import fmt_number, missing, ratio, text
+from .results import is_external
 
 NO_BF16_UNIT = "no bfloat16 unit (no AVX512-BF16)"
 
@@ -46,10 +48,29 @@ def compute_roof(run, dtype, threads=None):
     return fma_peak(run, "float32", threads)
 
 
-def peak_fraction(run, kernel, dtype):
-    """The kernel's GFLOP/s ÷ its type's peak, timed side by side with the peak's loop
-    (``PeakFraction``); NaN when not measured (bfloat16: skipped without the unit)."""
-    return run.value(spec.PEAK_FRACTION, kernel=kernel, dtype=dtype)
+# How every fraction of a peak in the report was measured, in the words of its sections
+SIDE_BY_SIDE_PEAK = ("timed side by side with the peak's own loop, round by round in one process "
+                     "(`PeakFraction`; a peer's: c_tiled's ÷ c_tiled's speed over it, `PeerSpeedup`), "
+                     "never a rate divided by a peak measured at another moment")
+
+
+def peak_fraction(run, kernel, dtype, threads=None, causal=False):
+    """The kernel's GFLOP/s ÷ its type's compute roof on 8 heads at the headline n, full or
+    causal, on ``threads`` (default: the budget), timed side by side with the roof's loop
+    (``PeakFraction``).  A peer's is c_tiled's ÷ c_tiled's speed over the peer on the same
+    shape (``PeerSpeedup``): two side-by-side ratios, neither divided by a figure of another
+    moment.  NaN when not measured."""
+    every = every_thread_count(run)
+    threads = threads or every
+    if is_external(kernel):
+        speedup = run.value(spec.PEER_SPEEDUP, peer=kernel, kernel="c_tiled", shape="causal" if causal else "full",
+                            threads=threads, dtype=dtype)
+        return ratio(peak_fraction(run, "c_tiled", dtype, threads, causal), speedup)
+    fraction = run.value(spec.PEAK_FRACTION, kernel=kernel, dtype=dtype, threads=threads, causal=causal)
+    if missing(fraction) and not causal and threads == every:
+        # results kept from before PeakFraction took threads and causal: every thread, full
+        fraction = run.value(spec.PEAK_FRACTION, kernel=kernel, dtype=dtype)
+    return fraction
 
 
 def blas_name(run):

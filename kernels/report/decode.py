@@ -7,8 +7,7 @@ import math
 from .. import bench_spec as spec
 from ..fits import FIT_MIN_N, fit_power_law
 from ..memory import format_bytes
-from ..output import (Column, Table, fmt_exponent, fmt_percent, fmt_ratio, fmt_seconds, missing, pyplot, ratio,
-                      save_png)
+from ..output import Column, Table, fmt_exponent, fmt_percent, fmt_ratio, fmt_seconds, missing, pyplot, save_png
 from . import plots
 from .document import Plot, Section
 
@@ -23,10 +22,10 @@ def decode_fits(run):
 
 
 def cache_read_fraction(run, kernel, seq_len=None):
-    """A cached step's read rate of the cache ÷ the machine's streaming-read bandwidth."""
-    seq_len = seq_len or max(run.seq_lens(spec.DECODE_READ_RATE), default=math.nan)
-    return ratio(run.value(spec.DECODE_READ_RATE, kernel=kernel, seq_len=seq_len),
-                 run.value(spec.READ_BANDWIDTH))
+    """A cached step's read rate of the cache ÷ the streaming read's, the step and the read's
+    own loop alternating round by round (``CachedDecodeReadFraction``, at the largest n)."""
+    seq_len = seq_len or max(run.seq_lens(spec.DECODE_READ_FRACTION), default=math.nan)
+    return run.value(spec.DECODE_READ_FRACTION, kernel=kernel, seq_len=seq_len)
 
 
 def call_cost(run, kernel, shape):
@@ -55,7 +54,7 @@ def decode(run):
     reads = Table("decode_bandwidth", (
         Column("kernel", "kernel"), Column("seconds", "time per token", fmt_seconds),
         Column("gbytes_per_second", "cache read, GB/s", lambda v: f"{v:.1f}"),
-        Column("fraction_of_read_bandwidth", "of the read bandwidth", fmt_percent)),
+        Column("fraction_of_read_bandwidth", "of the streaming read (side by side)", fmt_percent)),
         [[kernel, run.value(spec.DECODE_CACHED, kernel=kernel, seq_len=largest),
           run.value(spec.DECODE_READ_RATE, kernel=kernel, seq_len=largest), cache_read_fraction(run, kernel)]
          for kernel in run.kernels(spec.DECODE_READ_RATE)])
@@ -90,8 +89,10 @@ def decode(run):
         "summed over n generated tokens, one more (≈ 2 against ≈ 3).",
         slopes,
         f"A cached step at n = {n_text} reads the cache's keys and values once; against the "
-        f"machine's streaming-read bandwidth, measured in the same run "
-        f"({'n/a' if missing(bandwidth) else f'{bandwidth:.1f} GB/s'}):",
+        f"machine's streaming read ({'n/a' if missing(bandwidth) else f'{bandwidth:.1f} GB/s'} "
+        "alone), its share timed side by side: each round one step and one call of the read's own "
+        "loop, each going first in turn (`CachedDecodeReadFraction`), so that a disturbed minute "
+        "moves both:",
         reads,
         memory,
         f"A tiny call (one head, n = {spec.TINY_SEQ_LEN}, d = {spec.HEAD_DIM}: about a megaflop) "

@@ -170,11 +170,11 @@ GOALS = (
          _over(spec.PEER, "numba_tiled", "full", "float32"), 1.0, True,
          "the compiled rung level with PyTorch (first asked: 0.6), though Numba gives it no intrinsics of its own choosing"),
     Goal("c_tiled GFLOP/s ÷ the FMA peak, float32, full, {shape}, all threads, " + SIDE_BY_SIDE + " with its loop",
-         lambda run: peak_fraction(run, "c_tiled", "float32"), 0.75, True,
+         lambda run: peak_fraction(run, "c_tiled", "float32"), 0.80, True,
          "once 0.85 of sgemm, but a BLAS's speed is its own (an environment variable can pin it to an older "
          "core's kernels), not the machine's: both products are gemm-shaped, "
-         "and a good gemm reaches about 0.85 of the FMA peak; the softmax's exp and rescaling cost about a "
-         "tenth more"),
+         "and a good gemm reaches about 0.85 of the FMA peak; the softmax's exp and rescaling cost a little "
+         "more"),
     *(Goal(kernel + " speed over numpy, float32, one head, n = {numpy_n}, " + SIDE_BY_SIDE,
            lambda run, kernel=kernel: numpy_speedup(run, kernel), 3, True,
            "tiling pays once numpy's n × n scores have left the caches")
@@ -185,7 +185,8 @@ GOALS = (
          0.6, False, "half the scores, plus the tiles crossing the diagonal"),
     Goal("c_tiled all threads ÷ one thread GFLOP/s, float32, {shape}", _c_tiled_thread_speedup,
          1.8, True, "90% parallel efficiency on this project's 2-core machines"),
-    Goal("c_tiled cached decode, n = {decode_n}: cache read rate ÷ streaming-read bandwidth",
+    Goal("c_tiled cached decode, n = {decode_n}: cache read rate ÷ the streaming read's, "
+         + SIDE_BY_SIDE + " with its loop",
          lambda run: cache_read_fraction(run, "c_tiled"), 0.75, True,
          "one query reads the cached K and V once, so a step is bound by bandwidth"),
     Goal("c_tiled cached decode speed over {peer}, n = " + f"{spec.DECODE_PEER_SEQ_LEN:,}, all threads, "
@@ -211,8 +212,9 @@ GOALS = (
          f"the int4 cache of 2 K/V heads over the float32 cache of {spec.HEADS}",
          lambda run: generate_speedup(run, "c_tiled", "int4", 2), 8.0, True,
          "a generation loop gains what the step gains: appending a token is O(d), the step O(n · d)"),
-    *(Goal(f"{kernel} decode: the smallest cache read rate ÷ streaming-read bandwidth over every format and "
-           f"grouping, n = {spec.CACHE_SEQ_LEN:,}", lambda run, kernel=kernel: worst_read_fraction(run, kernel),
+    *(Goal(f"{kernel} decode: the smallest cache read rate ÷ the streaming read's over every format and "
+           f"grouping, n = {spec.CACHE_SEQ_LEN:,}, " + SIDE_BY_SIDE + " with its loop",
+           lambda run, kernel=kernel: worst_read_fraction(run, kernel),
            target, True, "fewer bytes must not mean a slower read: widening and integer products stay hidden "
            "behind the memory (Numba, with what its vectoriser makes of them, half of it)")
       for kernel, target in (("c_tiled", 0.75), ("numba_tiled", 0.5))),

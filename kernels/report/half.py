@@ -5,9 +5,8 @@ row in a type it fails the harness's budget in on the run's CPU (``PeerAccuracy`
 import math
 
 from .. import bench_spec as spec
-from ..output import Column, Table, fmt_gflops, fmt_number, fmt_percent, fmt_ratio, ratio, text
-from .ceilings import (NO_BF16_UNIT, compute_roof, fma_peak, gflops_words, has_bf16_dot_product,
-                       peak_fraction)
+from ..output import Column, Table, fmt_gflops, fmt_number, fmt_percent, fmt_ratio, text
+from .ceilings import NO_BF16_UNIT, SIDE_BY_SIDE_PEAK, fma_peak, gflops_words, has_bf16_dot_product, peak_fraction
 from .document import Section
 from .multi_head import headline_shape, multihead_gflops
 from .peers import FAILS, fails_harness
@@ -53,7 +52,6 @@ def _ceiling_words(run):
 
 def half_precision(run):
     every = thread_counts(run, spec.HALF_SPEEDUP)[1]
-    roofs = {dtype: compute_roof(run, dtype) for dtype in ("float32", *spec.HALF_DTYPES)}
     kernels = [k for k in run.kernels(spec.MULTI_HEAD_TIME)
                if any(not math.isnan(multihead_gflops(run, k, dtype)) for dtype in spec.HALF_DTYPES)]
     timed = run.kernels(spec.HALF_SPEEDUP)
@@ -65,7 +63,7 @@ def half_precision(run):
             side_by_side = [(1.0 if kernel in timed else math.nan) if dtype == "float32"
                             else half_speedup(run, kernel, dtype, shape, all_threads)
                             for shape, all_threads in (("full", True), ("causal", True), ("full", False))]
-            rows.append([kernel, dtype, full, ratio(full, roofs[dtype]), causal, *side_by_side,
+            rows.append([kernel, dtype, full, peak_fraction(run, kernel, dtype), causal, *side_by_side,
                          FAILS if fails_harness(run, kernel, dtype) else ""])
     speed = Table("half_speed", (
         Column("kernel", "kernel"), Column("dtype", "dtype"),
@@ -98,8 +96,9 @@ def half_precision(run):
         f"GFLOP/s at {headline_shape(run)}, d = {spec.HEAD_DIM}, all threads ({text(every, fmt_number)}), "
         "from MultiHead's time; the speed over float32 is the same kernel's float32 call and its "
         "16-bit call alternating in one process (HalfSpeedup), so both see the same load; the roof is "
-        "the peak of the type's products, as above. At n = 4,096 attention is bound by its products, "
-        "not by reading its inputs, so a 16-bit type widened to float32 can at best match float32; "
+        f"the peak of the type's products, as above, and the share of it is {SIDE_BY_SIDE_PEAK}. "
+        "At n = 4,096 attention is bound by its products, not by reading its inputs, so a 16-bit type "
+        "widened to float32 can at best match float32; "
         "only bfloat16 on a dot-product unit has a higher roof. A peer's row marked "
         f"\"{FAILS}\" is a type whose results fail the harness's budget on this CPU (the peers "
         "section's PeerAccuracy): its library computes it below our rungs' precision, so its "

@@ -20,7 +20,8 @@ from .. import bench_spec as spec
 from ..costs import attention_flops, gflops
 from ..output import Column, Table, fmt_gflops, fmt_percent, missing, pyplot, ratio, save_png, text
 from . import plots
-from .ceilings import bf16_roof_text, compute_roof, has_bf16_dot_product
+from .ceilings import SIDE_BY_SIDE_PEAK, bf16_roof_text, compute_roof, has_bf16_dot_product, peak_fraction
+from .decode import cache_read_fraction
 from .document import Plot, Section
 from .multi_head import headline_seq_len, multihead_gflops
 from .results import is_external
@@ -30,14 +31,16 @@ DTYPES = ("float32", "bfloat16")  # every shape in float32; prefill in bfloat16 
 
 @dataclass(frozen=True)
 class Point:
-    """One kernel on one shape in one dtype: its intensity (flop/B) and attained GFLOP/s (NaN:
-    not measured)."""
+    """One kernel on one shape in one dtype: its intensity (flop/B), attained GFLOP/s, and
+    its fraction of the roof there timed side by side with the roof's own loop (NaN: not
+    measured)."""
 
     kernel: str
     shape: str
     dtype: str
     intensity: float
     gflops: float
+    fraction: float
 
 
 def _prefill_intensity(seq_len, causal, dtype):
@@ -47,7 +50,11 @@ def _prefill_intensity(seq_len, causal, dtype):
 
 
 def points(run):
-    """Every kernel's point on each shape and dtype the roofline shows."""
+    """Every kernel's point on each shape and dtype the roofline shows.  Its fraction of the
+    roof: prefill's of the compute roof (``peak_fraction``: at n/4 flop/B it is far right of
+    the ridge), decode's of the streaming read (``cache_read_fraction``), both side by side
+    with the roof's loop; the tiny call's is not measured (its bound is the call's fixed
+    cost, not a roof: ``CallCost``)."""
     n = headline_seq_len(run)
     decode_n = spec.DECODE_PEER_SEQ_LEN if spec.DECODE_PEER_SEQ_LEN in run.seq_lens(spec.DECODE_CACHED) \
         else max(run.seq_lens(spec.DECODE_CACHED), default=math.nan)
@@ -57,19 +64,23 @@ def points(run):
         for causal in (False, True):
             shapes.append((f"prefill {'causal' if causal else 'full'}, n = {text(n, lambda v: f'{v:,}')}", dtype,
                            math.nan if missing(n) else _prefill_intensity(n, causal, dtype),
-                           lambda kernel, dtype=dtype, causal=causal: multihead_gflops(run, kernel, dtype, causal)))
+                           lambda kernel, dtype=dtype, causal=causal: multihead_gflops(run, kernel, dtype, causal),
+                           lambda kernel, dtype=dtype, causal=causal: peak_fraction(run, kernel, dtype,
+                                                                                     causal=causal)))
     decode_flops = math.nan if missing(decode_n) else attention_flops(1, decode_n, spec.HEAD_DIM, batch=spec.HEADS)
     decode_bytes = math.nan if missing(decode_n) else 2 * spec.HEADS * decode_n * spec.HEAD_DIM * itemsize
     shapes.append((f"decode, n = {text(decode_n, lambda v: f'{v:,}')}", "float32", decode_flops / decode_bytes,
                    lambda kernel: ratio(decode_flops / 1e9, run.value(spec.DECODE_CACHED, kernel=kernel,
-                                                                      seq_len=decode_n))))
+                                                                      seq_len=decode_n)),
+                   lambda kernel: cache_read_fraction(run, kernel, decode_n)))
     tiny = spec.TINY_SEQ_LEN
     shapes.append((f"tiny call, n = {tiny}, one head", "float32",
                    attention_flops(tiny, tiny, spec.HEAD_DIM) / (4 * tiny * spec.HEAD_DIM * itemsize),
-                   lambda kernel: gflops(run.value(spec.TINY_CALL, kernel=kernel), tiny, tiny, spec.HEAD_DIM)))
+                   lambda kernel: gflops(run.value(spec.TINY_CALL, kernel=kernel), tiny, tiny, spec.HEAD_DIM),
+                   lambda kernel: math.nan))
     kernels = run.kernels(spec.MULTI_HEAD_TIME, spec.DECODE_CACHED, spec.TINY_CALL)
-    return [Point(kernel, shape, dtype, intensity, attained(kernel))
-            for shape, dtype, intensity, attained in shapes for kernel in kernels]
+    return [Point(kernel, shape, dtype, intensity, attained(kernel), fraction(kernel))
+            for shape, dtype, intensity, attained, fraction in shapes for kernel in kernels]
 
 
 def roof(run, intensity, dtype="float32"):
@@ -87,13 +98,12 @@ def _has_own_bf16_roof(run):
 
 
 def roofline(run):
-    rows = [[p.kernel, p.shape, p.dtype, p.intensity, p.gflops, ratio(p.gflops, roof(run, p.intensity, p.dtype)),
-             ratio(p.gflops, compute_roof(run, p.dtype))] for p in points(run) if not missing(p.gflops)]
+    rows = [[p.kernel, p.shape, p.dtype, p.intensity, p.gflops, p.fraction]
+            for p in points(run) if not missing(p.gflops)]
     table = Table("roofline", (
         Column("kernel", "kernel"), Column("shape", "shape"), Column("dtype", "dtype"),
         Column("flops_per_byte", "flop/B", lambda v: f"{v:,.0f}" if v >= 10 else f"{v:.2g}"), Column("gflops", "GFLOP/s", fmt_gflops),
-        Column("fraction_of_roof", "of the roof there", fmt_percent),
-        Column("fraction_of_peak", "of its type's compute roof", fmt_percent)), rows)
+        Column("fraction_of_roof", "of the roof there, side by side with its loop", fmt_percent)), rows)
 
     def draw(path):
         plot_roofline(run, path)
@@ -108,6 +118,10 @@ def roofline(run):
         f"bfloat16's compute roof: {bf16_roof_text(run)}.",
         Plot("roofline.png", "Roofline: attained GFLOP/s against arithmetic intensity, every kernel and shape",
              draw),
+        "Each point's fraction of the roof there is measured, not divided: a prefill call's share of its "
+        f"type's compute roof is {SIDE_BY_SIDE_PEAK}; a decode step's share of the streaming read is the "
+        "step and the read's own loop alternating the same way (`CachedDecodeReadFraction`). The tiny "
+        "call has none: its bound is the call's fixed cost (the decode section's `CallCost`), not a roof.",
         table,
     ])
 

@@ -3,7 +3,7 @@ import math
 
 from .. import bench_spec as spec
 from ..output import Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, ratio, text
-from .ceilings import fma_peak
+from .ceilings import SIDE_BY_SIDE_PEAK, peak_fraction
 from .document import Section
 from .multi_head import headline_shape
 
@@ -24,8 +24,8 @@ def thread_scaling(run):
     for kernel in run.kernels(spec.THREADS_GFLOPS):
         single, parallel = thread_gflops(run, kernel, one), thread_gflops(run, kernel, every)
         speedup = ratio(parallel, single)
-        rows.append([kernel, single, ratio(single, fma_peak(run, spec.THREADS_DTYPE, one)), parallel,
-                     ratio(parallel, fma_peak(run, spec.THREADS_DTYPE, every)), speedup, ratio(speedup, every)])
+        rows.append([kernel, single, peak_fraction(run, kernel, spec.THREADS_DTYPE, one), parallel,
+                     peak_fraction(run, kernel, spec.THREADS_DTYPE, every), speedup, ratio(speedup, every)])
     table = Table("thread_scaling", (
         Column("kernel", "kernel"), Column("gflops_one_thread", "GFLOP/s, 1 thread", fmt_gflops),
         Column("fraction_of_fma_peak_one_thread", "of its FMA peak", fmt_percent),
@@ -36,6 +36,6 @@ def thread_scaling(run):
     return Section("Thread scaling", [
         f"GFLOP/s with {text(one, fmt_count)} and with {text(every, fmt_count)} threads "
         f"({spec.THREADS_DTYPE}, {headline_shape(run)}, full), each also as a share of the FMA peak "
-        "measured on as many threads; per thread = speed-up ÷ threads.",
+        f"on as many threads, {SIDE_BY_SIDE_PEAK}; per thread = speed-up ÷ threads.",
         table,
     ])
