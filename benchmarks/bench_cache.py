@@ -101,7 +101,7 @@ class CacheFormats:
 class CachePeers:
     """A tiled rung's speed over a peer on the same cache: the peer's time ÷ ours, side by side."""
 
-    params = [list(spec.PEERS), list(spec.TILED), list(spec.CACHE_DTYPES), list(spec.CACHE_KV_HEADS)]
+    params = [list(spec.PEERS), list(spec.PEER_KERNELS), list(spec.CACHE_DTYPES), list(spec.CACHE_KV_HEADS)]
     param_names = ["peer", "kernel", "cache_dtype", "kv_heads"]
     rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 900
 

@@ -151,7 +151,7 @@ PEER_SHAPE_DTYPES = {"full": ALL_DTYPES, "causal": ALL_DTYPES, "decode": (DECODE
                      "short_decode": (DECODE_DTYPE,), "tiny": (DECODE_DTYPE,)}
 HALF_PEER_KERNEL = "c_tiled"
 PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "short_decode": 301, "tiny": 301}
-PEER_KERNELS = TILED   # our rungs beside the peers (PeerSpeedup, WindowPeers)
+PEER_KERNELS = TILED   # our rungs beside the peers (PeerSpeedup, WindowPeers, CachePeers)
 if QUICK:
     # a peer's process costs seconds to start (imports, sessions): two shapes, float32, 3
     # rounds, c_tiled alone (and every thread only: benchmarks.common.PEER_THREAD_COUNTS)
@@ -180,7 +180,9 @@ PEER_ACCURACY_DTYPES = HALF_DTYPES
 # one step at CACHE_SEQ_LEN, and the largest over a CACHE_FIDELITY_STEPS-step decode.
 CACHE_DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")
 CACHE_KV_HEADS = (8, 2)
-CACHE_SEQ_LEN = 65536
+# Quick: a cache of 16,384 tokens (each of CacheFormats' 20 processes builds and reads one),
+# and c_tiled alone beside the peers (CachePeers reads PEER_KERNELS)
+CACHE_SEQ_LEN = 16384 if QUICK else 65536
 CACHE_KERNELS = TILED if QUICK else ("numpy", *TILED)  # numpy widens 65,536 tokens a call: slow
 CACHE_ROUNDS = 5 if QUICK else 11
 CACHE_PROMPT, CACHE_GENERATED = (4096, 100) if QUICK else (32768, 1000)
