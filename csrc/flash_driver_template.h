@@ -263,10 +263,18 @@ static const real *SUFFIX(kv_as_real)(const kv_elem *x, const float *scale, int6
 static void SUFFIX(pack_qt)(const real *q, int64_t rows, int64_t rows_pad, int64_t d,
                             int64_t panel, real *qt)
 {
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += panel)
+    /* a row at a time (contiguous reads, each lane's writes a panel apart, in L1), no test
+       per element: on a tiny call the packing is as much work as the products */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
+        const int64_t live = min_i64(panel, rows - r0);
+        real *block = qt + r0 * d;
+        for (int64_t lane = 0; lane < live; lane++)
+            for (int64_t p = 0; p < d; p++)
+                block[p * panel + lane] = q[(r0 + lane) * d + p];
         for (int64_t p = 0; p < d; p++)
-            for (int64_t lane = 0; lane < panel; lane++)
-                qt[r0 * d + p * panel + lane] = r0 + lane < rows ? q[(r0 + lane) * d + p] : 0;
+            for (int64_t lane = live; lane < panel; lane++)
+                block[p * panel + lane] = 0;
+    }
 }
 
 /* kp (KEY_CAP / KEY_BLOCK, d, KEY_BLOCK) = K rows [0, keys) of the tile, each block of
@@ -277,9 +285,13 @@ static void SUFFIX(pack_k)(const packed_from *k, int64_t keys, int64_t d, real *
 {
     for (int64_t j0 = 0; j0 < keys; j0 += KEY_BLOCK) {
         real *block = kp + j0 * d;
-        for (int64_t i = 0; i < KEY_BLOCK; i++)
+        const int64_t live = min_i64(KEY_BLOCK, keys - j0);
+        for (int64_t i = 0; i < live; i++)   /* (no test per element: as pack_qt) */
             for (int64_t p = 0; p < d; p++)
-                block[p * KEY_BLOCK + i] = j0 + i < keys ? PACKED_VALUE(k[(j0 + i) * d + p]) : 0;
+                block[p * KEY_BLOCK + i] = PACKED_VALUE(k[(j0 + i) * d + p]);
+        for (int64_t i = live; i < KEY_BLOCK; i++)
+            for (int64_t p = 0; p < d; p++)
+                block[p * KEY_BLOCK + i] = 0;
     }
 }
 
