@@ -77,12 +77,12 @@ TINY_SEQ_LEN = 64
 # one query over a cache of CALL_COST_CACHE tokens (8 heads: 2 MiB, in L3), CALL_COST_CALLS
 # calls of each a round (a call of microseconds is below the clock's steadiness alone).
 CALL_COST_SHAPES = ("tiny", "decode")
-# CachedDecodeReadFraction: a step's read rate ÷ the streaming read's, side by side, at the
-# largest n, in this many rounds of one step and one read each.
-DECODE_READ_ROUNDS = 5 if QUICK else 9
 CALL_COST_CACHE = 1024
 CALL_COST_CALLS = 20
 CALL_COST_ROUNDS = 15 if QUICK else 101
+# CachedDecodeReadFraction: a step's read rate ÷ the streaming read's, side by side, at the
+# largest n, in this many rounds of one step and one read each.
+DECODE_READ_ROUNDS = 5 if QUICK else 9
 
 
 # Ceilings: the peak of each type that has a loop of its own (float32's and float64's FMAs;
