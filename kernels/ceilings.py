@@ -35,7 +35,6 @@ import subprocess
 import sys
 import time
 
-import numba
 import numpy as np
 
 from . import dtypes, threads
@@ -150,25 +149,34 @@ def read_loop(nbytes=READ_BYTES):
     step, which reads the cache once, is read against; timed alone for the bandwidth, beside
     a step for its fraction.  Cost: ``nbytes`` of memory, its pages touched here, and the
     first call's Numba compile (cached on disk)."""
+    import numba   # here, not at the top: bench_spec and the report import this module for its tables
+
     buffer = np.ones(max(1, nbytes // 8))
     parts = threads.budget()
     numba.set_num_threads(min(parts, numba.config.NUMBA_NUM_THREADS))
-    call = functools.partial(_parallel_sum, buffer, parts)
+    call = functools.partial(_parallel_sum(), buffer, parts)
     call()  # warm-up: compile, pages
     return call, buffer.nbytes
 
 
-# Each part summed as a slice, reassociated into SIMD lanes, so that memory, not the add
-# latency, bounds it (an explicit scalar loop read at a third of the rate)
-@numba.njit(parallel=True, fastmath={"reassoc"}, cache=True)
-def _parallel_sum(array, parts):
-    """Σ array over ``parts`` contiguous parts, one per parallel task."""
-    size = array.size // parts
-    partial = np.zeros(parts)
-    for part in numba.prange(parts):
-        stop = array.size if part == parts - 1 else (part + 1) * size
-        partial[part] = array[part * size:stop].sum()
-    return partial.sum()
+@functools.cache
+def _parallel_sum():
+    """``parallel_sum(array, parts)``: Σ array over ``parts`` contiguous parts, one per
+    parallel task; compiled on first use (``read_loop``'s)."""
+    import numba
+
+    # Each part summed as a slice, reassociated into SIMD lanes, so that memory, not the
+    # add latency, bounds it (an explicit scalar loop read at a third of the rate)
+    @numba.njit(parallel=True, fastmath={"reassoc"}, cache=True)
+    def parallel_sum(array, parts):
+        size = array.size // parts
+        partial = np.zeros(parts)
+        for part in numba.prange(parts):
+            stop = array.size if part == parts - 1 else (part + 1) * size
+            partial[part] = array[part * size:stop].sum()
+        return partial.sum()
+
+    return parallel_sum
 
 
 def gemm_gflops(dtype, n=2048, repeats=5):

@@ -8,6 +8,8 @@ No figure is asserted: how fast the machine is gets measured in benchmarks, not 
 """
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -190,3 +192,11 @@ def test_the_streaming_read_reads_its_bytes_and_sums_them():
     call, nbytes = ceilings.read_loop(2**20)
     assert nbytes == 2**20
     assert call() == 2**20 / 8   # a sum of ones: every element read once
+
+
+def test_the_tables_import_no_numba():
+    """bench_spec and the report read this module's tables; only a measurement needs Numba
+    (its import is most of a second: ``attnbench report`` should not pay it)."""
+    code = "import sys, kernels.bench_spec, kernels.report; print('numba' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True).stdout.strip() == "False"
