@@ -52,7 +52,7 @@ class PeakFraction(ThreadBudget):
     """A kernel's GFLOP/s as a fraction of its type's roof, timed side by side: each round
     one call of the kernel (8 heads at the headline n, full or causal, on ``threads``) and
     one call of the roof's peak loop (``Ceilings``', ``ceilings.roof_type``: float16, and
-    bfloat16 without AVX512-BF16, against float32's FMAs) doing as many flops on as many
+    bfloat16 where its dot products are not the faster unit, against float32's FMAs) doing as many flops on as many
     threads, each going first in turn; the fraction is the loop's time ÷ the kernel's, times
     the kernel's flops ÷ the loop's.  Both see the same load, as a peer ratio's calls do.
     The cases are the ones the report reads (``spec.peak_fraction_case``)."""

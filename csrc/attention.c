@@ -191,13 +191,17 @@ static const struct isa_path *runnable_path(const char *name)
     return NULL;
 }
 
-/* "auto" takes the first path the CPU runs; a name, that path if the CPU runs it. */
+/* "auto" takes the first path the CPU runs, passing over the bfloat16 dot-product path
+   where its unit is slower than widening to float32 (attn_bf16_dot_pays); a name, that
+   path if the CPU runs it. */
 int attn_select_isa(const char *name)
 {
     const struct isa_path *path = NULL;
     if (strcmp(name, "auto") == 0) {
-        for (size_t i = 0; i < N_ISA_PATHS && !path; i++)
-            path = isa_paths[i].cpu_runs() ? &isa_paths[i] : NULL;
+        for (size_t i = 0; i < N_ISA_PATHS && !path; i++) {
+            const int passed_over = isa_paths[i].bf16 != NULL && !attn_bf16_dot_pays();
+            path = isa_paths[i].cpu_runs() && !passed_over ? &isa_paths[i] : NULL;
+        }
     } else {
         path = runnable_path(name);
     }

@@ -62,7 +62,8 @@ int attn_forward_q4(const float *q, const uint8_t *k, const float *k_scale, cons
                     int64_t sinks, float scale, int n_threads);
 
 /* SIMD path: "auto" (default: the best the CPU has of AVX-512 (F, VL) with AVX512-BF16 (and
-   BW), AVX-512, AVX2+FMA+F16C, generic), "avx512-bf16", "avx512", "avx2-fma", "generic", or
+   BW) where its dot products beat float32's FMAs (attn_bf16_dot_pays), AVX-512, AVX2+FMA+F16C,
+   generic), "avx512-bf16", "avx512", "avx2-fma", "generic", or
    "avx512-bf16-emulated" (the avx512-bf16 path with each instruction emulated in portable C,
    on any CPU: slow, for checking it; never chosen by "auto"). Only bfloat16 calls differ
    between avx512-bf16 and avx512: multiplied by vdpbf16ps, two exact products per float32
@@ -135,5 +136,11 @@ const char *attn_fma_isa(int32_t index);
    `isa` has no loop of `bits` or is unknown, or when one double per thread could not be
    allocated.  The caller times it. */
 double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t iterations);
+
+/* 1 when this CPU multiplies bfloat16 faster on AVX512-BF16's dot products than widened
+   to float32 on AVX-512's FMAs (their loops timed once on the calling thread, ~0.5 ms, at
+   the first call), else 0 (and on a CPU without the unit).  "auto" takes the avx512-bf16
+   path only then. */
+int attn_bf16_dot_pays(void);
 
 #endif

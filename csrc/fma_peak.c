@@ -35,6 +35,7 @@
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attention.h"
 
@@ -187,4 +188,45 @@ double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t ite
     free(run.sums);
 
     return 2.0 * FMA_CHAINS * (path->vector_bits / bits) * (double)iterations * threads;
+}
+
+/* Whether bfloat16 is multiplied faster by AVX512-BF16's dot products than widened to
+   float32 and multiplied by AVX-512's FMAs.  The feature flag does not say: a vdpbf16ps
+   does twice an FMA's flops, but at the FMA's rate on one CPU (Zen 4) and at half it on
+   another (Sapphire Rapids: one thread's chains of vdpbf16ps retire 100 GFLOP/s where
+   float32's FMAs retire 199, and c_tiled's bfloat16 runs 1.7x faster widened).  So the
+   CPU is asked: each loop timed on this thread BF16_TRIALS times, the two alternating, and
+   the best time of each kept (a preempted or slow-clocked trial only lengthens); about
+   half a millisecond, once per process.  0 on a CPU without the unit. */
+#define BF16_TRIALS 5
+#define BF16_ITERATIONS 16384   /* ~40 µs of float32 FMAs, ~80-160 µs of vdpbf16ps */
+
+static double seconds_of(fma_loop loop)
+{
+    struct timespec start, end;
+    timespec_get(&start, TIME_UTC);
+    fma_sink = loop(BF16_ITERATIONS);
+    timespec_get(&end, TIME_UTC);
+    return (double)(end.tv_sec - start.tv_sec) + 1e-9 * (double)(end.tv_nsec - start.tv_nsec);
+}
+
+int attn_bf16_dot_pays(void)
+{
+    static int pays = -1;   /* measured on the first call (attn_select_isa's, at load) */
+    if (pays < 0) {
+        pays = 0;
+        if (cpu_has_avx512_bf16()) {
+            double dot = 1e30, fma = 1e30;
+            for (int trial = 0; trial <= BF16_TRIALS; trial++) {   /* trial 0 warms up */
+                const double d = seconds_of(dot_avx512_bf16), f = seconds_of(fma_avx512_f32);
+                if (trial > 0) {
+                    dot = d < dot ? d : dot;
+                    fma = f < fma ? f : fma;
+                }
+            }
+            /* the same iterations: a dot product's step has twice an FMA step's flops */
+            pays = 2.0 * fma > dot;
+        }
+    }
+    return pays;
 }

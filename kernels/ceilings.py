@@ -6,6 +6,7 @@
     missing_unit("bfloat16")                # "no AVX512-BF16 on this CPU", or None where it runs
     peak_loop("float32", flops)             # (call, its flops): the peak's loop, sized to a kernel's call
     roof_type("float16")                    # "float32": the type whose peak bounds a kernel in float16
+    bf16_dot_pays()                         # whether bfloat16's dot products beat float32's FMAs here
     read_loop()                             # (call, its bytes): the streaming read over the budget
     gemm_gflops("float32")                  # [GFLOP/s, ...]: NumPy's BLAS on a 2048² product
     blas(), blas_summary()                  # which BLAS, which core kernels, what forced them
@@ -15,8 +16,9 @@ The FMA peak (csrc/fma_peak.c) is the roof no kernel passes: 12 independent vect
 chains per thread, nothing loaded or stored, 2 flops per lane per FMA.  bfloat16's roof is
 its own where the CPU has AVX512-BF16: the same chains of ``vdpbf16ps``, two bfloat16
 products summed into each float32 lane, 2 flops per product (twice float32's flops per
-instruction); elsewhere no instruction multiplies bfloat16, which is widened to float32
-(as float16 is on every CPU here), so float32's FMA peak is its roof.  The gemm is the roof
+instruction), where those outrun float32's FMAs (not everywhere: Sapphire Rapids issues
+them at half an FMA's rate); elsewhere bfloat16 is fastest widened to float32 (as float16
+is on every CPU here), so float32's FMA peak is its roof.  The gemm is the roof
 a kernel made of matrix products can hope for.  Both are timed on the thread budget
 (``kernels.threads``): the figures of 1 thread and of the budget together say how far a
 second core helps, on a machine whose other work they do not control, so each is a list of
@@ -137,10 +139,22 @@ def peak_loop(dtype, flops, threads=None):
 
 def roof_type(dtype):
     """The type whose peak bounds a kernel computing in ``dtype`` on this CPU: its own where
-    it has a loop here (float32, float64; bfloat16 where the CPU has AVX512-BF16), float32's
-    for a type widened to float32 before any product (float16, and bfloat16 elsewhere)."""
+    it has a loop here (float32, float64; bfloat16 where the CPU has AVX512-BF16 and its dot
+    products outrun float32's FMAs), float32's for a type best widened to float32 before any
+    product (float16; bfloat16 elsewhere).  bfloat16's roof is thus the faster of its two
+    units, the one c_tiled's "auto" path multiplies it on (``bf16_dot_pays``)."""
     name = dtypes.type_name(dtype)
-    return name if name in PEAK_BITS and missing_unit(name) is None else "float32"
+    if name == "bfloat16":
+        return name if bf16_dot_pays() else "float32"
+    return name if name in PEAK_BITS else "float32"
+
+
+def bf16_dot_pays():
+    """Whether this CPU multiplies bfloat16 faster on AVX512-BF16's dot products than widened
+    to float32 on its FMAs: the two loops timed once per process on one thread, ~0.5 ms
+    (csrc/fma_peak.c, ``attn_bf16_dot_pays``); False without the unit.  Not the feature flag:
+    on Sapphire Rapids a ``vdpbf16ps`` issues at half an FMA's rate, on Zen 4 at its rate."""
+    return bool(_extension()[1].attn_bf16_dot_pays())
 
 
 def read_loop(nbytes=READ_BYTES):

@@ -8,6 +8,7 @@ No figure is asserted: how fast the machine is gets measured in benchmarks, not 
 """
 import math
 import os
+import statistics
 import subprocess
 import sys
 
@@ -185,7 +186,20 @@ def test_unforced_gemm_runs_in_a_child():
 def test_the_roof_of_a_widened_type_is_float32s():
     assert ceilings.roof_type("float16") == "float32"
     assert ceilings.roof_type("float64") == "float64"
-    assert ceilings.roof_type("bfloat16") == ("float32" if ceilings.missing_unit("bfloat16") else "bfloat16")
+    assert ceilings.roof_type("bfloat16") == ("bfloat16" if ceilings.bf16_dot_pays() else "float32")
+
+
+def test_bfloat16s_roof_is_the_faster_of_its_two_units():
+    """bf16_dot_pays times the two loops for half a millisecond; the peaks here time them for
+    a quarter of a second each, alternating.  Only a clear verdict is held to (the loops
+    within 25% of each other could go either way on a shared machine)."""
+    if ceilings.missing_unit("bfloat16"):
+        assert not ceilings.bf16_dot_pays()
+        return
+    dot, fma = (statistics.median(ceilings.fma_peak_gflops(dtype, threads=1, repeats=3))
+                for dtype in ("bfloat16", "float32"))
+    if not 0.8 < dot / fma < 1.25:
+        assert ceilings.bf16_dot_pays() == (dot > fma)
 
 
 def test_the_streaming_read_reads_its_bytes_and_sums_them():

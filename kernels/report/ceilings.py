@@ -4,10 +4,11 @@ AVX512-BF16), a kernel's fraction of its type's peak timed side by side with the
 (``PeakFraction``; every fraction of a peak the report gives is read here), NumPy's BLAS,
 named (``Blas``), its gemm, and the bandwidths.
 
-bfloat16's roof is the machine's question, not a kernel's: where the CPU has a bfloat16 unit,
-every bfloat16 figure is read against its dot-product peak (a rung that widens bfloat16 to
-float32 sits under it by that much); where it has none, bfloat16 is widened to float32 by
-every rung, as float16 is everywhere here, and float32's FMA peak is its roof."""
+bfloat16's roof is the machine's question, not a kernel's: the faster of the two ways this
+CPU can multiply it, its dot-product unit where it has AVX512-BF16 (``vdpbf16ps``) and
+float32's FMAs on it widened, as float16 is everywhere here.  Which is faster is the CPU's
+own answer, not its feature flags' (Zen 4's dot products do twice an FMA's flops at its
+rate; Sapphire Rapids' at half its rate), and c_tiled's "auto" path takes the same one."""
 import math
 
 from .. import bench_spec as spec
@@ -40,12 +41,23 @@ def has_bf16_dot_product(run):
 
 def compute_roof(run, dtype, threads=None):
     """The peak, GFLOP/s, that bounds a kernel computing in ``dtype``: the type's own for
-    float32 and float64, and for bfloat16 on a CPU with the unit (NaN if the run has not
-    measured it); float32's for float16, and for bfloat16 on a CPU without the unit (or not
-    known to have it): they are widened to float32 before any product."""
-    if dtype in spec.DTYPES or (dtype == "bfloat16" and has_bf16_dot_product(run)):
+    float32 and float64; float32's for float16 (widened to float32 before any product); for
+    bfloat16 the faster of its dot-product peak and float32's on a CPU with the unit (NaN if
+    the run has not measured the dot products), float32's on a CPU without it (or not known
+    to have it)."""
+    if dtype in spec.DTYPES:
         return fma_peak(run, dtype, threads)
-    return fma_peak(run, "float32", threads)
+    widened = fma_peak(run, "float32", threads)
+    if dtype == "bfloat16" and has_bf16_dot_product(run):
+        dot = fma_peak(run, dtype, threads)
+        return dot if missing(dot) or missing(widened) else max(dot, widened)
+    return widened
+
+
+def bf16_dot_is_roof(run):
+    """Whether bfloat16's roof here is its dot-product peak (the unit measured faster than
+    float32's FMAs), not float32's."""
+    return bool(has_bf16_dot_product(run)) and fma_peak(run, "bfloat16") > fma_peak(run, "float32")
 
 
 # How every fraction of a peak in the report was measured, in the words of its sections
@@ -84,7 +96,8 @@ def gflops_words(value):
 
 
 def bf16_roof_text(run):
-    """bfloat16's roof in a sentence: its dot-product peak, "no bfloat16 unit", or unknown."""
+    """bfloat16's roof in a sentence: the faster of its dot-product peak and float32's FMA
+    peak, "no bfloat16 unit", or unknown."""
     unit = has_bf16_dot_product(run)
     if unit is False:
         return (f"{NO_BF16_UNIT} on this CPU: bfloat16 is widened to float32, and float32's FMA peak "
@@ -93,9 +106,12 @@ def bf16_roof_text(run):
     if unit is None:
         return ("not measured, and whether this CPU has AVX512-BF16 is not known (its results folder is "
                 "not named by `kernels.machine_id`): bfloat16 is read against float32's FMA peak")
-    return (f"the dot-product peak (`vdpbf16ps`, AVX512-BF16; 2 flops per bfloat16 product) "
-            f"{text(fma_peak(run, 'bfloat16', 1), gflops_words)} on one thread, "
-            f"{text(fma_peak(run, 'bfloat16', every), gflops_words)} on {text(every, fmt_number)}")
+    faster = ("the dot products, so they are its roof" if bf16_dot_is_roof(run) else
+              "float32's FMAs on bfloat16 widened, so float32's FMA peak is its roof (and c_tiled widens it too)")
+    return (f"the faster of two units: the dot-product peak (`vdpbf16ps`, AVX512-BF16; 2 flops per bfloat16 "
+            f"product) {text(fma_peak(run, 'bfloat16', 1), gflops_words)} on one thread, "
+            f"{text(fma_peak(run, 'bfloat16', every), gflops_words)} on {text(every, fmt_number)}, "
+            f"and float32's FMA peak; here the faster is {faster}")
 
 
 def ceilings_text(run):

@@ -6,7 +6,8 @@ import math
 
 from .. import bench_spec as spec
 from ..output import Column, Table, fmt_gflops, fmt_number, fmt_percent, fmt_ratio, text
-from .ceilings import NO_BF16_UNIT, SIDE_BY_SIDE_PEAK, fma_peak, gflops_words, has_bf16_dot_product, peak_fraction
+from .ceilings import (NO_BF16_UNIT, SIDE_BY_SIDE_PEAK, bf16_dot_is_roof, fma_peak, gflops_words, has_bf16_dot_product,
+                       peak_fraction)
 from .document import Section
 from .multi_head import headline_shape, multihead_gflops
 from .peers import FAILS, fails_harness
@@ -41,13 +42,20 @@ def _ceiling_words(run):
                 "bfloat16 is read against the float32 peak too.")
     peak = text(fma_peak(run, "bfloat16"), gflops_words)
     fraction = text(peak_fraction(run, "c_tiled", "bfloat16"), fmt_percent)
-    return (f"{widened}. bfloat16's roof is its own: this CPU has AVX512-BF16, whose `vdpbf16ps` sums two "
-            "bfloat16 products into each float32 lane, twice float32's flops per instruction, and the "
-            f"run measured its dot-product peak at {peak} on every thread (`Ceilings`). c_tiled multiplies "
-            "bfloat16 on that unit when it runs its \"avx512-bf16\" path "
-            "(`kernels.rungs.rung4_c_tiled.isa()`: exact products summed in float32, P rounded to bfloat16 "
-            "once); the other rungs widen bfloat16 to float32, under the float32 peak. c_tiled's bfloat16 "
-            f"GFLOP/s as a fraction of that peak, timed side by side with its loop (`PeakFraction`): {fraction}.")
+    if bf16_dot_is_roof(run):
+        which = ("Here its dot products are the faster, so they are bfloat16's roof, and c_tiled multiplies "
+                 "bfloat16 on that unit (its \"avx512-bf16\" path, `kernels.rungs.rung4_c_tiled.isa()`: "
+                 "exact products summed in float32, P rounded to bfloat16 once); the other rungs widen "
+                 "bfloat16 to float32, under the float32 peak")
+    else:
+        which = ("Here float32's FMAs are the faster (the dot products issue at a lower rate than an FMA), "
+                 "so float32's FMA peak is bfloat16's roof too, and c_tiled's \"auto\" path widens "
+                 "bfloat16 to float32 as the other rungs do (`ceilings.bf16_dot_pays`)")
+    return (f"{widened}. bfloat16's roof is the faster of two units: this CPU has AVX512-BF16, whose "
+            "`vdpbf16ps` sums two bfloat16 products into each float32 lane, twice float32's flops per "
+            f"instruction; the run measured its dot-product peak at {peak} on every thread (`Ceilings`). "
+            f"{which}. c_tiled's bfloat16 GFLOP/s as a fraction of that roof, timed "
+            f"side by side with its loop (`PeakFraction`): {fraction}.")
 
 
 def half_precision(run):
@@ -99,7 +107,7 @@ def half_precision(run):
         f"the peak of the type's products, as above, and the share of it is {SIDE_BY_SIDE_PEAK}. "
         "At n = 4,096 attention is bound by its products, not by reading its inputs, so a 16-bit type "
         "widened to float32 can at best match float32; "
-        "only bfloat16 on a dot-product unit has a higher roof. A peer's row marked "
+        "only bfloat16 on a dot-product unit faster than float32's FMAs has a higher roof. A peer's row marked "
         f"\"{FAILS}\" is a type whose results fail the harness's budget on this CPU (the peers "
         "section's PeerAccuracy): its library computes it below our rungs' precision, so its "
         "speed shows what that rounding buys, not a rival result.",

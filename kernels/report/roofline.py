@@ -10,8 +10,8 @@ the compute roof, decode under the bandwidth roof: the argument of §11.2, that 
 is made faster by fewer bytes per cached token, not by faster arithmetic.
 
 Every shape is shown in float32; prefill in bfloat16 too (n/2 flops per byte: half the
-bytes), under bfloat16's own compute roof: its dot-product peak where the CPU has
-AVX512-BF16, float32's FMA peak where it has no bfloat16 unit (``ceilings.compute_roof``).
+bytes), under bfloat16's compute roof: the faster of its dot-product peak (where the CPU has
+AVX512-BF16) and float32's FMA peak (``ceilings.compute_roof``).
 """
 import math
 from dataclasses import dataclass
@@ -20,7 +20,7 @@ from .. import bench_spec as spec
 from ..costs import attention_flops, gflops
 from ..output import Column, Table, fmt_gflops, fmt_percent, missing, pyplot, ratio, save_png, text
 from . import plots
-from .ceilings import SIDE_BY_SIDE_PEAK, bf16_roof_text, compute_roof, has_bf16_dot_product, peak_fraction
+from .ceilings import SIDE_BY_SIDE_PEAK, bf16_dot_is_roof, bf16_roof_text, compute_roof, peak_fraction
 from .decode import cache_read_fraction
 from .document import Plot, Section
 from .multi_head import headline_seq_len, multihead_gflops
@@ -92,11 +92,6 @@ def roof(run, intensity, dtype="float32"):
     return min(float(peak), float(bandwidth) * intensity)
 
 
-def _has_own_bf16_roof(run):
-    """Whether bfloat16's roof is a peak of its own (a measured dot-product peak), not float32's."""
-    return bool(has_bf16_dot_product(run)) and not missing(compute_roof(run, "bfloat16"))
-
-
 def roofline(run):
     rows = [[p.kernel, p.shape, p.dtype, p.intensity, p.gflops, p.fraction]
             for p in points(run) if not missing(p.gflops)]
@@ -148,7 +143,7 @@ def plot_roofline(run, path):
             ax.plot(xs, [roof(run, x) for x in xs], color="black", linewidth=2,
                     label=f"roof, float32: FMA peak {float(compute_roof(run, 'float32')):.0f} GFLOP/s, "
                           f"read {float(run.value(spec.READ_BANDWIDTH)):.1f} GB/s")
-        if _has_own_bf16_roof(run) and not missing(roof(run, 1.0, "bfloat16")):
+        if bf16_dot_is_roof(run) and not missing(roof(run, 1.0, "bfloat16")):
             ax.plot(xs, [roof(run, x, "bfloat16") for x in xs], color="black", linewidth=1.5, linestyle="--",
                     label=f"roof, bfloat16: dot-product peak {float(compute_roof(run, 'bfloat16')):.0f} GFLOP/s")
         sgemm = run.value(spec.SGEMM)

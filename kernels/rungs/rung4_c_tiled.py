@@ -47,7 +47,9 @@ to nearest even as it is stored (convert.c: vcvtps2ph, and bfloat16's rounding i
 instructions), bit for bit NumPy's and ml_dtypes' rounding of the float32 result, without
 the pass over the whole output that rounding it afterwards takes; given as float32 (a
 16-bit KV cache's attention), it stays float32.
-bfloat16 on a CPU with AVX512-BF16 (the "avx512-bf16" path): Q, K and V are never widened
+bfloat16 on a CPU with AVX512-BF16 (the "avx512-bf16" path, which "auto" takes where those
+dot products outrun float32's FMAs: ``ceilings.bf16_dot_pays``; on Sapphire Rapids they issue
+at half an FMA's rate, and bfloat16 runs 1.7x faster widened): Q, K and V are never widened
 but multiplied as bfloat16 by vdpbf16ps, two exact products per float32 lane summed in
 float32, twice an FMA's work in one instruction (csrc/tile_ops_bf16_dot.h): Q and K packed
 in pairs along d, V in pairs of keys, and each weight P rounded to bfloat16 as the (float32)
@@ -262,7 +264,8 @@ def isa():
 
 def use_isa(name):
     """Select the SIMD path by the name ``isa()`` reports: "auto" (the best the CPU has:
-    AVX-512 with AVX512-BF16, AVX-512, AVX2+FMA, generic), one of those, or
+    AVX-512 with AVX512-BF16 where its dot products outrun float32's FMAs, AVX-512,
+    AVX2+FMA, generic), one of those, or
     "avx512-bf16-emulated" (the avx512-bf16 path with every instruction emulated in portable
     C: any CPU runs it, slowly; it is there to check the bfloat16 dot-product path where the
     CPU lacks the unit)."""
