@@ -314,7 +314,7 @@ class Plan:
     problem: Problem
     kernel: object          # the registry's Kernel
     rung: object            # its module, whose run is looked up at each call (tests replace it)
-    band_taken: bool        # run takes band= (Kernel.windows)
+    options: dict           # run's keywords: band= (Kernel.windows), n_k= (whole K/V buffers)
     shapes: tuple           # (q, k, v) as (heads, n, width)
     copied: tuple           # (q, k, v): copied to C order first
     written: np.dtype       # the output buffer's type: the compute type, or a 16-bit input's own
@@ -330,14 +330,13 @@ class Plan:
         if any(self.copied):
             q, k, v = (np.ascontiguousarray(a.reshape(shape)) if copy else a.reshape(shape)
                        for a, shape, copy in zip((q, k, v), self.shapes, self.copied))
-        else:
+        elif q.ndim != 3 or k.ndim != 3:   # (heads, n, width) already: no reshape (a call's fixed cost)
             q, k, v = q.reshape(self.shapes[0]), k.reshape(self.shapes[1]), v.reshape(self.shapes[2])
         out = np.empty(self.out_buffer, self.written)
-        if self.band_taken:
-            self.rung.run(q, k, v, out, problem.causal, problem.scale, band=problem.band)
-        else:  # full or causal: band_refusal let nothing else through
-            self.rung.run(q, k, v, out, problem.causal, problem.scale)
-        return out.reshape(self.out_shape).astype(self.out_dtype, copy=False)
+        self.rung.run(q, k, v, out, problem.causal, problem.scale, **self.options)
+        if out.dtype != self.out_dtype:
+            out = out.astype(self.out_dtype)
+        return out if len(self.out_shape) == 3 else out.reshape(self.out_shape)
 
 
 def _plan(q, k, v, record, band, scale, rounded, held):
@@ -349,7 +348,7 @@ def _plan(q, k, v, record, band, scale, rounded, held):
     shapes = ((problem.batch,) + q.shape[-2:], (problem.kv_batch,) + k.shape[-2:], (problem.kv_batch,) + v.shape[-2:])
     out_buffer = (problem.batch, problem.n_q, problem.d_v)
     if problem.batch == 0:
-        return Plan(problem, record, None, False, shapes, (False,) * 3, compute, out_dtype, 0, out_buffer,
+        return Plan(problem, record, None, {}, shapes, (False,) * 3, compute, out_dtype, 0, out_buffer,
                     problem.out_shape)
     copied = [_needs_copy(a, shape, record.contiguous) for a, shape in zip((q, k, v), shapes)]
     if record.strided_kv:  # k and v read in place with any (common) head stride
@@ -358,7 +357,12 @@ def _plan(q, k, v, record, band, scale, rounded, held):
     needed = check_resources(record, problem, extra, held=held)
     rung = record.implementation  # imported (ExtensionNotBuilt, say) before anything is allocated
     written = problem.dtype if rounded and record.writes_half else compute
-    return Plan(problem, record, rung, record.windows, shapes, tuple(copied), written, out_dtype, needed,
+    options = {"band": problem.band} if record.windows else {}   # else full or causal: band_refusal
+    if record.strided_kv and (copied[1] or _head_rows(k.reshape(shapes[1])) == problem.n_k):
+        # K and V reach run C-contiguous: whole buffers of n_k rows a head, read in place
+        # without working out their layout again at every call
+        options["n_k"] = problem.n_k
+    return Plan(problem, record, rung, options, shapes, tuple(copied), written, out_dtype, needed,
                 out_buffer, problem.out_shape)
 
 

@@ -142,6 +142,9 @@ DECODE_MAX_QUERIES = int(lib.attn_decode_max_queries())
 _FORWARD = {row.dtype: (getattr(lib, f"attn_forward_{row.c_suffix}"), row.c_pointer, row.compute)
             for row in FLOATS.values()}
 _F32, _I8, _U8 = np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8)
+# each pointer type the entry points take -> the array type ffi.from_buffer views a buffer as
+_ARRAYS = {pointer: ffi.typeof(ffi.getctype(ffi.typeof(pointer).item, "[]"))
+           for pointer in {*(row.c_pointer for row in FLOATS.values()), "int8_t *", "uint8_t *", "float *"}}
 
 
 def run(q, k, v, out, causal, scale, band=None, n_k=None):
@@ -226,18 +229,18 @@ def _scales_fit(scales, kv_rows):
 
 def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, band, scale, round_out=()):
     """forward(q, *kv, out, *round_out, B, group, n_q, n_k, kv_rows, d, d_v, left, right,
-    sinks, scale, threads) (a side of the band that is None: -1, unbounded), kv: (array, C pointer type) pairs in forward's order (k, [k_scale,] v,
-    [v_scale]), v_shape (B_kv, n_k, d_v); passed by address (``threads.address``: a view
-    with a head stride has no contiguous buffer for ffi.from_buffer); the caller's frame
-    keeps them alive for the call.  q and out must be C-contiguous (from_buffer refuses them otherwise); out goes
-    as a void pointer, of the type forward writes."""
+    sinks, scale, threads) (a side of the band that is None: -1, unbounded), kv: (array, C
+    pointer type) pairs in forward's order (k, [k_scale,] v, [v_scale]), v_shape (B_kv, n_k,
+    d_v) (``_pointer``: a view with a head stride goes by its address); the caller's frame
+    keeps them alive for the call.  q and out must be C-contiguous (from_buffer refuses them
+    otherwise); out goes as a void pointer, of the type forward writes."""
     batch, n_q, d = q.shape
     kv_heads, n_k, d_v = v_shape
     if kv_heads == 0 or batch % kv_heads:
         raise ValueError(f"c_tiled: {batch} query heads are not a multiple of {kv_heads} K/V heads")
     status = forward(
-        ffi.cast(q_pointer, ffi.from_buffer(q)),
-        *(ffi.cast(pointer, address(x)) for x, pointer in kv),
+        ffi.from_buffer(_ARRAYS[q_pointer], q),
+        *[_pointer(x, pointer) for x, pointer in kv],
         ffi.cast("void *", ffi.from_buffer(out, require_writable=True)), *round_out,
         batch, batch // kv_heads, n_q, n_k, kv_rows, d, d_v, _side(band.left), _side(band.right), band.sinks,
         scale, budget(),
@@ -249,6 +252,16 @@ def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, band, scale, round_o
             f"c_tiled: could not allocate per-thread scratch tiles "
             f"(d={d}, d_v={d_v}, threads={budget()})"
         )
+
+
+def _pointer(x, pointer):
+    """x's data for a C parameter of type ``pointer`` ("float *"): a C-contiguous array's
+    buffer, typed (a third of a microsecond: a call's fixed cost); a view with a head
+    stride (a cache's [:, :n_k]), which has no contiguous buffer, by its address."""
+    try:
+        return ffi.from_buffer(_ARRAYS[pointer], x)
+    except ValueError:   # "ndarray is not C-contiguous"
+        return ffi.cast(pointer, address(x))
 
 
 def _side(side):
