@@ -759,6 +759,15 @@ def test_bfloat16s_roof_is_float32s_where_its_dot_products_are_the_slower_unit(t
             "widens it too).") in markdown(run, overview.overview)
     text = markdown(run, half.half_precision)
     assert "Here float32's FMAs are the faster" in text and "c_tiled's \"auto\" path widens" in text
+    # what the dot products would buy is no goal where they are the slower unit; the other bfloat16
+    # goals (against the peers, of the roof) still apply
+    goals_text = markdown(run, goals.goals)
+    for shape in ("full", "causal"):
+        assert row(goals_text, f"c_tiled speed in bfloat16 over itself in float32, {shape}, 8 heads, n = 4,096, "
+                               "all threads, timed side by side")[4] == goals.SLOWER_DOT
+    unit_goals = [line for line in goals_text.splitlines() if any(words in line for words in BF16_UNIT_GOALS)]
+    assert sum(goals.SLOWER_DOT in line for line in unit_goals) == 2
+    assert not any(goals.NOT_APPLICABLE in line for line in unit_goals)
 
 
 def test_bfloat16_reads_no_bfloat16_unit_without_avx512_bf16(tmp_path):
