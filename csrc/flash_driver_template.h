@@ -167,6 +167,8 @@ struct SUFFIX(scratch) {
     real *st, *ot, *m, *l, *alpha, *staging, *row;
     uint32_t *pt;   /* PAIRED: one panel's Pᵀ in pairs of keys */
     int32_t *first, *visible, *panel_keys, *panel_first;   /* count_visible's */
+    const kv_elem *packed_head;           /* kp and vp hold this K/V head's (its K rows) keys ... */
+    int64_t packed_j0, packed_keys;       /* ... [packed_j0, + packed_keys) (walk_keys) */
     void *block;
 };
 
@@ -459,7 +461,7 @@ static void SUFFIX(pv_panel_exact)(const real *st, const packed *vp, const int32
    the query tile's panels through qk_tile, the band's mask, online_softmax and pv_tile. */
 static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, real scale,
                               const struct SUFFIX(kv) *kv, int sinks_run, int64_t i0, int64_t rows_pad,
-                              int64_t j_begin, int64_t j_end, const struct SUFFIX(scratch) *sc)
+                              int64_t j_begin, int64_t j_end, struct SUFFIX(scratch) *sc)
 {
     const kv_elem *k = kv->k, *v = kv->v;
     const int64_t d = sh->d, d_v = sh->d_v, d_packed = SUFFIX(packed_width)(d);
@@ -470,16 +472,24 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
         const int masked = SUFFIX(count_visible)(sh, sinks_run, i0, j0, keys, rows_pad, panel, sc->first,
                                                  sc->visible, sc->panel_keys, sc->panel_first);
 
+        /* A thread's next query tile of the same head over the same key tile finds them
+           packed already: a head whose keys fit one tile (a tiny call, whose tiles one thread
+           runs when the other cores are busy), where packing costs as much as the products. */
+        if (sc->packed_head != k || sc->packed_j0 != j0 || sc->packed_keys != keys) {
 #if PAIRED
-        SUFFIX(pack_k_pairs)(k + j0 * d, keys, d, sc->kp);
-        SUFFIX(pack_v_pairs)(v + j0 * d_v, keys, d_v, sc->vp);
+            SUFFIX(pack_k_pairs)(k + j0 * d, keys, d, sc->kp);
+            SUFFIX(pack_v_pairs)(v + j0 * d_v, keys, d_v, sc->vp);
 #elif defined(KV_ELEM_TO_REAL)
-        SUFFIX(pack_k)(k + j0 * d, keys, d, sc->kp);
-        SUFFIX(pack_v)(v + j0 * d_v, keys, d_v, sc->vp);
+            SUFFIX(pack_k)(k + j0 * d, keys, d, sc->kp);
+            SUFFIX(pack_v)(v + j0 * d_v, keys, d_v, sc->vp);
 #else
-        SUFFIX(pack_k)(SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
-        SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
+            SUFFIX(pack_k)(SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
+            SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
 #endif
+            sc->packed_head = k;
+            sc->packed_j0 = j0;
+            sc->packed_keys = keys;
+        }
         /* a window's left edge: the leading keys whose values are finite, which a query may
            leave out and still be summed over with weight 0 (pv_tile) */
         int64_t most_left_out = 0;
@@ -529,7 +539,7 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
 static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape *sh,
                                       real scale, const q_elem *q, const struct SUFFIX(kv) *kv,
                                       void *out, int64_t out_row0, int64_t i0, int64_t rows,
-                                      const struct SUFFIX(scratch) *sc)
+                                      struct SUFFIX(scratch) *sc)
 {
     const int64_t d = sh->d, d_v = sh->d_v;
     const int64_t rows_pad = round_up(rows, ops->query_panel);
