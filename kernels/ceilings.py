@@ -110,9 +110,10 @@ def fma_peak_gflops(dtype, threads=None, isa=None, repeats=5):
 
     def call(iterations):
         # Timed here, around the call, not in C: a call lasts ~75 ms, against which the
-        # clock and cffi's call (under a microsecond) are nothing; the C stays free of
-        # clocks; and the interval is what any caller of the pool gets, the helpers'
-        # wake-up included.  cffi releases the GIL for the call.
+        # clock and cffi's call (under a microsecond) are nothing; the peak loops stay free
+        # of clocks (only attn_bf16_dot_pays, which compares two loops, times them in C);
+        # and the interval is what any caller of the pool gets, the helpers' wake-up
+        # included.  cffi releases the GIL for the call.
         start = time.perf_counter()
         flops = loop(iterations)
         return flops, time.perf_counter() - start
