@@ -1,4 +1,6 @@
 """kernels.KVCache: cached decoding equals full recomputation at every step, on every kernel."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,62 @@ def test_a_tiled_rung_is_called_straight_on_the_cache(monkeypatch, kernel, cache
     np.testing.assert_array_equal(out, expected)
     with pytest.raises(ValueError, match="at least one query"):
         cache.attend(q[:, :0], kernel=kernel)
+
+
+@pytest.mark.parametrize("kernel", ["numba_tiled", "c_tiled"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_repeated_steps_equal_checked_calls_as_the_cache_grows(kernel, dtype):
+    """A decoder's repeated steps (one signature: the checks made once, ``KVCache._step``)
+    give bit for bit what ``kernels.attention`` gives on the stored rows, step after step,
+    across the buffers' reallocations (capacity 4 -> 64: a step kept across one would read
+    the old buffer), with a scale and without."""
+    q, k, v = sequence(40, dtype)
+    cache = kernels.KVCache(HEADS, HEAD_DIM, dtype=dtype, capacity=4, head_dim_v=HEAD_DIM_V)
+    for t in range(40):
+        cache.append(k[:, t:t + 1], v[:, t:t + 1])
+        query = q[:, t:t + 1].copy()   # C-contiguous, as a model's step makes it
+        for scale in (None, 0.3):
+            out = cache.attend(query, kernel=kernel, scale=scale)
+            expected = kernels.attention(query, k[:, :t + 1], v[:, :t + 1], kernel=kernel, causal=True, scale=scale)
+            np.testing.assert_array_equal(out, expected, err_msg=f"step {t}, scale {scale}")
+    assert cache._steps, "no step was kept for the repeated signature"
+
+
+def test_a_kept_step_still_refuses_what_its_signature_does_not_cover(monkeypatch):
+    """Once a signature has a step, a q of another dtype, shape or layout, an unhashable
+    scale, or a kernel registered anew under the name is checked (and used) as a first call
+    is; a bounded cache keeps no step for several queries, whose band changes with the
+    evictions."""
+    q, k, v = sequence(6, np.float32)
+    cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V)
+    cache.append(k, v)
+    query = q[:, -1:].copy()
+    first = cache.attend(query)
+    np.testing.assert_array_equal(cache.attend(query), first)
+    with pytest.raises(TypeError, match="q has dtype float64; this cache takes float32"):
+        cache.attend(query.astype(np.float64))
+    with pytest.raises(ValueError, match=r"q must have shape \(heads, t, head_dim\)"):
+        cache.attend(query[:2])
+    with pytest.raises(TypeError, match="scale must be a real number"):
+        cache.attend(query, scale=[0.5])
+    cache.attend(query, scale=1)
+    with pytest.raises(TypeError, match="scale must be a real number"):   # True == 1, and hashes alike
+        cache.attend(query, scale=True)
+    strided = np.repeat(query, 2, axis=2)[:, :, ::2]   # the same values, another layout
+    np.testing.assert_array_equal(cache.attend(strided), first)
+
+    calls = []
+    record = kernels.KERNELS["c_tiled"]
+    replaced = dataclasses.replace(record)
+    real_run = record.implementation.run
+    monkeypatch.setitem(kernels.KERNELS, "c_tiled", replaced)
+    monkeypatch.setattr(record.implementation, "run", lambda *a, **kw: calls.append(1) or real_run(*a, **kw))
+    np.testing.assert_array_equal(cache.attend(query), first)
+    assert calls, "the step of the replaced record was used"
+
+    bounded = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, window=3)
+    bounded.append(k[:, :3], v[:, :3])
+    bounded.attend(q[:, 1:3].copy())   # nothing evicted yet: the band is the window's
+    bounded.append(k[:, 3:], v[:, 3:])
+    with pytest.raises(ValueError, match="has evicted 3 tokens"):
+        bounded.attend(q[:, 1:3].copy())

@@ -63,7 +63,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes
-from ..api import attention, attention_unrounded, checked_scale, require_memory
+from ..api import SMALL_ALLOCATION, attention, attention_unrounded, checked_scale, require_memory
 from ..band import CAUSAL, Band
 from ..registry import get_kernel
 from ..cache_formats import NARROW, cache_format
@@ -125,6 +125,7 @@ class KVCache:
         if capacity is None:
             capacity = INITIAL_CAPACITY if window is None else self.sinks + self.window
         self._buffers = self._allocate(int(capacity))
+        self._steps = {}   # attend's steps by call signature (_step)
 
     def __len__(self):
         return self._length
@@ -229,6 +230,7 @@ class KVCache:
             for new, old in zip(buffers, self._buffers):
                 new[:, :start] = old[:, :start]
             self._buffers = buffers
+            self._steps = {}   # they hold the old buffers
         for buffer, rows in zip(self._buffers, (k_codes, v_codes, k_scales, v_scales)):
             buffer[:, start:stop] = rows
         self._length = self._seen = stop
@@ -257,7 +259,21 @@ class KVCache:
         every call (``decoder`` encodes once).  ValueError on an empty cache, or for a kernel
         that does not take the cache's format (a peer, which says why), TypeError or
         ValueError for a q of another dtype or shape; the other checks and errors are
-        ``kernels.attention``'s."""
+        ``kernels.attention``'s.
+
+        A signature's first call makes every check; the calls after it with the same kernel,
+        scale, and q's type, shape, strides and dtype repeat none that cannot change (a
+        decoder's steps: ``_step``), until the cache's buffers are reallocated."""
+        try:
+            record, step = self._steps[kernel, scale, type(scale), type(q), q.shape, q.strides, q.dtype]
+        except (AttributeError, KeyError, TypeError):   # a new signature, q not an array, an unhashable argument
+            return self._attend_checked(q, kernel, scale)
+        if get_kernel(kernel) is not record:   # a kernel registered anew under its name
+            return self._attend_checked(q, kernel, scale)
+        return step(q)
+
+    def _attend_checked(self, q, kernel, scale):
+        """``attend`` with every check made."""
         if self._length == 0:
             raise ValueError("the cache is empty: append at least one token's key and value "
                              "(cache.append(k, v)) before attend")
@@ -270,7 +286,7 @@ class KVCache:
             stored = self.format.dtype
             q = q if stored == self.dtype else q.astype(stored)
             if record.strided_kv and not record.materialises:
-                return self._run_in_place(record, q, scale, band)
+                return self._run_in_place(record, q, scale, band, (kernel, scale, stored == self.dtype))
             keywords = dict(kernel=kernel, causal=True, scale=scale, window=(band.left, band.right), sinks=band.sinks)
             return (attention(q, self.keys, self.values, **keywords) if stored == self.dtype
                     else attention_unrounded(q, self.keys, self.values, **keywords))
@@ -289,13 +305,14 @@ class KVCache:
         run(np.ascontiguousarray(q), self.keys, self.key_scales, self.values, self.value_scales, out, True, scale)
         return out
 
-    def _run_in_place(self, record, q, scale, band):
+    def _run_in_place(self, record, q, given, band, signature):
         """The rung's ``run`` on the stored rows where they lie, for a kernel that reads K and V
         with a head stride (``Kernel.strided_kv``): q (heads, t_q, head_dim) of the stored
         float type -> (heads, t_q, head_dim_v) of its compute type.  What ``kernels.attention``
         would check is known here (the cache's types, shapes and layout), so a step pays the
-        kernel and q's own checks only."""
-        scale = checked_scale(scale, self.head_dim)
+        kernel and q's own checks only.  signature: (kernel, scale as given, whether q is
+        the caller's own array): ``_step`` makes the step of such calls to come."""
+        scale = checked_scale(given, self.head_dim)
         t_q = q.shape[1]
         if t_q == 0:
             raise ValueError(f"q must hold at least one query, got shape {q.shape}")
@@ -307,7 +324,38 @@ class KVCache:
         keys, values = self._buffers[:2]   # whole, their first len(self) rows stored
         record.implementation.run(np.ascontiguousarray(q), keys, values, out, True, scale, band=band,
                                   n_k=self._length)
+        self._step(record, q, scale, band, out_bytes, signature)
         return out
+
+    def _step(self, record, q, scale, band, out_bytes, signature):
+        """Keep a step for the calls to come like this one (``attend``), which has passed every
+        check: q the caller's own C-contiguous array of the cache's type, a band that stays
+        causal (an unbounded cache's, or one query's), an output below the size worth a
+        memory check, and an argument list that can be looked up.  The step reads the cache's
+        length at each call; a new buffer (``append``) drops the steps.  With the rung's
+        ``cache_step`` (c_tiled) the buffers' pointers are worked out here, once."""
+        kernel, given, own_q = signature
+        stays_causal = band == CAUSAL and (not self.bounded or q.shape[1] == 1)
+        if not (own_q and q.flags.c_contiguous and stays_causal and out_bytes < SMALL_ALLOCATION):
+            return
+        keys, values = self._buffers[:2]
+        rung = record.implementation
+        if hasattr(rung, "cache_step"):
+            run = rung.cache_step(keys, values, band, scale)
+        else:
+            def run(q, out, n_k):
+                rung.run(q, keys, values, out, True, scale, band=band, n_k=n_k)
+        shape, dtype = (self.heads, q.shape[1], self.head_dim_v), self.dtype
+
+        def step(q):
+            out = np.empty(shape, dtype)
+            run(q, out, self._length)
+            return out
+
+        try:
+            self._steps[kernel, given, type(given), type(q), q.shape, q.strides, q.dtype] = record, step
+        except TypeError:   # an unhashable kernel or scale: checked every call
+            pass
 
     def decoder(self, kernel="c_tiled", *, scale=None):
         """``step(q)``: ``attend(q, kernel=kernel, scale=scale)`` over the cache's present

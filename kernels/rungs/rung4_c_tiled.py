@@ -245,13 +245,42 @@ def _call(forward, q, q_pointer, kv, v_shape, out, kv_rows, band, scale, round_o
         batch, batch // kv_heads, n_q, n_k, kv_rows, d, d_v, _side(band.left), _side(band.right), band.sinks,
         scale, budget(),
     )
+    if status:
+        _raise_status(status, kv_rows, n_k, d, d_v)
+
+
+def cache_step(k, v, band, scale):
+    """A KV cache's step with every argument but the step's own worked out once
+    (``KVCache.attend``'s repeated calls): k (B_kv, capacity, d), v (B_kv, capacity, d_v),
+    the cache's whole buffers, C-contiguous, float32 or float64; band and scale checked.
+    -> step(q, out, n_k), which is ``run(q, k, v, out, band.causal, scale, band=band,
+    n_k=n_k)`` for q (B, n_q, d) C-contiguous of k's dtype, B a multiple of B_kv, out
+    (B, n_q, d_v) C-contiguous of it, n_k <= capacity: the cache's own calls, checked by it
+    once for their signature, so a step pays the C call and little else (each Python
+    operation after a step that has streamed the cache through L2 costs several times
+    what it costs warm)."""
+    forward, pointer, _ = _FORWARD[k.dtype]
+    array = _ARRAYS[pointer]
+    kv = (ffi.from_buffer(array, k), ffi.from_buffer(array, v))   # kept alive by the step
+    kv_heads, kv_rows, d = k.shape
+    d_v = v.shape[2]
+    sides = (_side(band.left), _side(band.right), band.sinks)
+
+    def step(q, out, n_k):
+        batch, n_q = q.shape[:2]
+        status = forward(ffi.from_buffer(array, q), *kv, ffi.from_buffer(array, out),
+                         batch, batch // kv_heads, n_q, n_k, kv_rows, d, d_v, *sides, scale, budget())
+        if status:
+            _raise_status(status, kv_rows, n_k, d, d_v)
+
+    return step
+
+
+def _raise_status(status, kv_rows, n_k, d, d_v):
+    """The error of an entry point's nonzero status."""
     if status < 0:
         raise ValueError(f"c_tiled: K/V heads {kv_rows} rows apart hold fewer than n_k={n_k} keys")
-    if status != 0:
-        raise MemoryError(
-            f"c_tiled: could not allocate per-thread scratch tiles "
-            f"(d={d}, d_v={d_v}, threads={budget()})"
-        )
+    raise MemoryError(f"c_tiled: could not allocate per-thread scratch tiles (d={d}, d_v={d_v}, threads={budget()})")
 
 
 def _pointer(x, pointer):
