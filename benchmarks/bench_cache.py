@@ -114,7 +114,7 @@ class CachePeers:
         self.peer_call(), self.call()  # warm-up: compilation, sessions, pages
 
     def track_speedup(self, peer, kernel, cache_dtype, kv_heads):
-        return side_by_side(self.peer_call, self.call, spec.CACHE_ROUNDS)
+        return side_by_side(self.peer_call, self.call, spec.CACHE_ROUNDS, settle=spec.PEER_SETTLE_SECONDS)
 
     track_speedup.unit = "times"
 

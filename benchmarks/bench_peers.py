@@ -71,7 +71,7 @@ class PeerSpeedup(ThreadBudget):
         return lambda: attention_unheld(q, k, v, kernel=name, causal=causal)
 
     def track_speedup(self, peer, kernel, shape, threads, dtype):
-        return side_by_side(self.peer_call, self.call, spec.PEER_ROUNDS[shape])
+        return side_by_side(self.peer_call, self.call, spec.PEER_ROUNDS[shape], settle=spec.PEER_SETTLE_SECONDS)
 
     track_speedup.unit = "times"
 

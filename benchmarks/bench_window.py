@@ -197,7 +197,7 @@ class WindowPeers:
         return lambda: attention_unheld(q, k, v, kernel=name, **band)
 
     def track_speedup(self, peer, kernel):
-        return side_by_side(self.peer_call, self.call, spec.WINDOW_PEER_ROUNDS)
+        return side_by_side(self.peer_call, self.call, spec.WINDOW_PEER_ROUNDS, settle=spec.PEER_SETTLE_SECONDS)
 
     track_speedup.unit = "times"
 

@@ -6,6 +6,7 @@ by ``kernels.threads`` and applies to BLAS and our thread pool alike; ``Machine`
 records it with the results.
 """
 import math
+import statistics
 import time
 
 import numpy as np
@@ -107,22 +108,32 @@ def check_runs(kernel, q, k, v, causal=False, **band):
     check_fits(kernel, validate(q, k, v, causal, **band))
 
 
-def side_by_side(baseline, candidate, rounds, work_ratio=1.0):
+def side_by_side(baseline, candidate, rounds, work_ratio=1.0, settle=0.0):
     """``asv_samples`` of (baseline's time ÷ candidate's time) × ``work_ratio`` in each of
     ``rounds`` rounds, the two calls made back to back, first one and then the other going
     first.  On a shared machine the load comes and goes within seconds; timed side by side,
     both calls see the same load, while a ratio of two separately benchmarked times
     compares two different moments.  asv records the rounds' median and spread.
     ``work_ratio``, the candidate's flops ÷ the baseline's, makes it a ratio of rates for
-    calls of different work (a kernel's GFLOP/s over a peak loop's)."""
+    calls of different work (a kernel's GFLOP/s over a peak loop's).  ``settle``: seconds
+    each side is first called untimed, every round, and then called for as long again
+    (at least once), its time in the round the median of those calls; so each is timed in
+    its own steady state, as its users calling it in a loop see it, not in the other's
+    wake (``PEER_SETTLE_SECONDS``: a peer's threads spin on after its call)."""
     calls = [("baseline", baseline), ("candidate", candidate)]
     ratios = []
     for round_ in range(rounds):
         seconds = {}
         for name, call in calls if round_ % 2 == 0 else calls[::-1]:
-            start = time.perf_counter()
-            call()
-            seconds[name] = time.perf_counter() - start
+            until = time.perf_counter() + settle
+            while time.perf_counter() < until:
+                call()
+            times, until = [], time.perf_counter() + settle
+            while not times or time.perf_counter() < until:
+                start = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - start)
+            seconds[name] = statistics.median(times)
         ratios.append(seconds["baseline"] / seconds["candidate"] * work_ratio)
     return asv_samples(ratios)
 

@@ -150,14 +150,21 @@ PEER_SHAPES = ("full", "causal", "decode", "short_decode", "tiny")
 PEER_SHAPE_DTYPES = {"full": ALL_DTYPES, "causal": ALL_DTYPES, "decode": (DECODE_DTYPE,),
                      "short_decode": (DECODE_DTYPE,), "tiny": (DECODE_DTYPE,)}
 HALF_PEER_KERNEL = "c_tiled"
-PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "short_decode": 301, "tiny": 301}
+PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "short_decode": 31, "tiny": 31}
+# Each side of a peer comparison is called untimed for this long, then timed for as long (its
+# time in a round: the median of those calls; benchmarks.common.side_by_side's settle), so that
+# each is timed in its own steady state: after its call a peer's threads spin on, holding
+# the other core, and a call of ours made then runs on one thread.  Measured (one head, n = 64, c_tiled, 2 threads, medians of 40
+# rounds): our call came back to its own time 2.5-5 ms after PyTorch's, ONNX Runtime's,
+# OpenVINO's and JAX's calls, 5-10 ms after ggml's (19 -> 15.4 us after PyTorch's).
+PEER_SETTLE_SECONDS = 0.02
 PEER_KERNELS = TILED   # our rungs beside the peers (PeerSpeedup, WindowPeers, CachePeers)
 if QUICK:
     # a peer's process costs seconds to start (imports, sessions): two shapes, float32, 3
     # rounds, c_tiled alone (and every thread only: benchmarks.common.PEER_THREAD_COUNTS)
     PEER_SHAPES = ("full", "tiny")
     PEER_SHAPE_DTYPES = {shape: DTYPES[:1] for shape in PEER_SHAPES}
-    PEER_ROUNDS = {"full": 3, "causal": 3, "decode": 3, "short_decode": 51, "tiny": 51}
+    PEER_ROUNDS = {"full": 3, "causal": 3, "decode": 3, "short_decode": 9, "tiny": 9}
     PEER_KERNELS = ("c_tiled",)
 PEER_DTYPES = tuple(dtype for dtype in ALL_DTYPES if any(dtype in kept for kept in PEER_SHAPE_DTYPES.values()))
 DECODE_PEER_SEQ_LEN = 65536  # the decode shape's cache

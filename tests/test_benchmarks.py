@@ -7,6 +7,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -149,6 +150,34 @@ def test_peer_speedup_measures_an_installed_peer(bench_modules, shape):
     assert ratios["number"] == 1 and len(ratios["samples"]) == bench_spec.PEER_ROUNDS[shape]
     assert all(np.isfinite(r) and r > 0 for r in ratios["samples"]), ratios
     assert kernels.threads.budget() == budget
+
+
+def test_side_by_side_settles_each_side_before_timing_it(bench_modules):
+    """With ``settle``, each round calls each side untimed for that long, then timed for as
+    long, the other side right after (so each is timed after its own calls, not the
+    other's), the sides taking turns to go first; the sample is the ratio of the two sides'
+    median times.  Without, one call a side a round."""
+    calls = []
+
+    def side(name, seconds):
+        def call():
+            calls.append((name, time.perf_counter()))
+            time.sleep(seconds)
+        return call
+
+    # the baseline's calls sleep 2 ms, the candidate's 0.25 ms: a ratio of about 6 (above 2
+    # even if every sleep overran by a millisecond)
+    ratios = bench_modules["bench_peers"].side_by_side(side("b", 2e-3), side("c", 2.5e-4), 4, settle=0.01)
+    assert len(ratios["samples"]) == 4 and all(1.5 < r < 10 for r in ratios["samples"]), ratios
+    blocks = [(name, [t for _, t in run]) for name, run in itertools.groupby(calls, key=lambda call: call[0])]
+    # rounds b c | c b | b c | c b: a round's second side runs on into the next round's first
+    assert [name for name, _ in blocks] == ["b", "c", "b", "c", "b"]
+    for name, times in blocks[:1] + blocks[-1:]:   # one round's side: 10 ms untimed, 10 ms timed
+        # (the last call starts less than a call's 2 ms before the 20 ms are up)
+        assert times[-1] - times[0] >= 0.0175 and len(times) >= 4, (name, len(times))
+    plain = []
+    bench_modules["bench_peers"].side_by_side(lambda: plain.append("b"), lambda: plain.append("c"), 2)
+    assert plain == ["b", "c", "c", "b"]
 
 
 @pytest.mark.parametrize("context", bench_spec.CONTEXTS)

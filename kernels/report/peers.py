@@ -142,10 +142,17 @@ def peers(run):
             to_y=lambda seq_len, seconds: one_head_gflops(seconds, seq_len),
             kernels=lambda kernel: kernel in shown)
 
+    r = spec.PEER_ROUNDS
+    rounds = (f"{r['full']} for full and causal, {r['decode']} for decode, {r['tiny']} for the short decode "
+              "and the tiny call")
     return Section("Peers: every CPU attention a user could pick instead", [
         "Each figure is a tiled kernel's speed over one peer: the peer's time ÷ ours, both "
         "calls alternating in one process (each going first in turn), the median over the "
-        "rounds (7 for full and causal, 9 for decode, 301 for the short decode and the tiny call). Every "
+        f"rounds ({rounds}). In each round each side is called untimed for "
+        f"{spec.PEER_SETTLE_SECONDS * 1e3:.0f} ms, then timed for as long (at least one call; its time the "
+        "median of those calls), so that each is timed in its own steady state, as its users calling it in a loop find it, not in the other's wake: a peer's "
+        "threads spin on for milliseconds after its call, holding the other core, and a call made then "
+        "runs on one thread (ours, one head at n = 64: 19 µs in PyTorch's wake, 15.4 µs 5 ms later). Every "
         "(peer, kernel, shape, threads, dtype) runs in a process of its own, so no other "
         "peer's thread pool is still spinning beside it. Each call is timed as its own users "
         "make it: ours through `kernels.attention` (a decode step through `KVCache.attend`), "
