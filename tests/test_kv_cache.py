@@ -170,8 +170,8 @@ def test_repeated_steps_equal_checked_calls_as_the_cache_grows(kernel, dtype):
 def test_a_kept_step_still_refuses_what_its_signature_does_not_cover(monkeypatch):
     """Once a signature has a step, a q of another dtype, shape or layout, an unhashable
     scale, or a kernel registered anew under the name is checked (and used) as a first call
-    is; a bounded cache keeps no step for several queries, whose band changes with the
-    evictions."""
+    is; a cache keeps the steps of its newest MAX_PLANS signatures only; a bounded cache keeps
+    no step for several queries, whose band changes with the evictions."""
     q, k, v = sequence(6, np.float32)
     cache = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V)
     cache.append(k, v)
@@ -198,6 +198,10 @@ def test_a_kept_step_still_refuses_what_its_signature_does_not_cover(monkeypatch
     monkeypatch.setattr(record.implementation, "run", lambda *a, **kw: calls.append(1) or real_run(*a, **kw))
     np.testing.assert_array_equal(cache.attend(query), first)
     assert calls, "the step of the replaced record was used"
+
+    for t_q in range(1, kernels.api.MAX_PLANS + 10):   # ever new shapes: the newest steps only
+        cache.attend(np.zeros((HEADS, t_q, HEAD_DIM), np.float32))
+    assert len(cache._steps) == kernels.api.MAX_PLANS
 
     bounded = kernels.KVCache(HEADS, HEAD_DIM, head_dim_v=HEAD_DIM_V, window=3)
     bounded.append(k[:, :3], v[:, :3])

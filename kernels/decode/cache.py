@@ -63,13 +63,19 @@ import numbers
 import numpy as np
 
 from .. import dtypes
-from ..api import SMALL_ALLOCATION, attention, attention_unrounded, checked_scale, require_memory
+from ..api import MAX_PLANS, SMALL_ALLOCATION, attention, attention_unrounded, checked_scale, require_memory
 from ..band import CAUSAL, Band
 from ..registry import get_kernel
 from ..cache_formats import NARROW, cache_format
 from ..memory import format_bytes
 
 INITIAL_CAPACITY = 256  # tokens, when no capacity is given
+
+
+def _step_key(kernel, scale, q):
+    """What ``KVCache.attend``'s checks of a call decide by, besides the cache's state: the
+    kernel, the scale as given (and its type: True == 1), q's type, shape, strides and dtype."""
+    return kernel, scale, type(scale), type(q), q.shape, q.strides, q.dtype
 
 
 class KVCache:
@@ -265,7 +271,7 @@ class KVCache:
         scale, and q's type, shape, strides and dtype repeat none that cannot change (a
         decoder's steps: ``_step``), until the cache's buffers are reallocated."""
         try:
-            record, step = self._steps[kernel, scale, type(scale), type(q), q.shape, q.strides, q.dtype]
+            record, step = self._steps[_step_key(kernel, scale, q)]
         except (AttributeError, KeyError, TypeError):   # a new signature, q not an array, an unhashable argument
             return self._attend_checked(q, kernel, scale)
         if get_kernel(kernel) is not record:   # a kernel registered anew under its name
@@ -353,7 +359,10 @@ class KVCache:
             return out
 
         try:
-            self._steps[kernel, given, type(given), type(q), q.shape, q.strides, q.dtype] = record, step
+            key = _step_key(kernel, given, q)
+            if len(self._steps) >= MAX_PLANS:   # ever new shapes (a prompt's chunks): the newest only
+                self._steps.pop(next(iter(self._steps)))
+            self._steps[key] = record, step
         except TypeError:   # an unhashable kernel or scale: checked every call
             pass
 
