@@ -152,11 +152,12 @@ PEER_SHAPE_DTYPES = {"full": ALL_DTYPES, "causal": ALL_DTYPES, "decode": (DECODE
 HALF_PEER_KERNEL = "c_tiled"
 PEER_ROUNDS = {"full": 7, "causal": 7, "decode": 9, "short_decode": 31, "tiny": 31}
 # Each side of a peer comparison is called untimed for this long, then timed for as long (its
-# time in a round: the median of those calls; benchmarks.common.side_by_side's settle), so that
-# each is timed in its own steady state: after its call a peer's threads spin on, holding
-# the other core, and a call of ours made then runs on one thread.  Measured (one head, n = 64, c_tiled, 2 threads, medians of 40
-# rounds): our call came back to its own time 2.5-5 ms after PyTorch's, ONNX Runtime's,
-# OpenVINO's and JAX's calls, 5-10 ms after ggml's (19 -> 15.4 us after PyTorch's).
+# time in a round: the median of those calls; benchmarks.common.side_by_side's settle), so
+# that each is timed in its own steady state: after its call a peer's threads spin on,
+# holding the other core, and a call of ours made then runs on one thread.  Measured (one
+# head, n = 64, c_tiled, 2 threads, medians of 40 rounds): our call came back to its own
+# time 2.5-5 ms after PyTorch's, ONNX Runtime's, OpenVINO's and JAX's calls, 5-10 ms after
+# ggml's (19 -> 15.4 us after PyTorch's).
 PEER_SETTLE_SECONDS = 0.02
 PEER_KERNELS = TILED   # our rungs beside the peers (PeerSpeedup, WindowPeers, CachePeers)
 if QUICK:
