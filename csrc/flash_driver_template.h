@@ -178,11 +178,11 @@ static int64_t SUFFIX(packed_width)(int64_t d)
     return PAIRED ? ceil_div(d, 2) : d;
 }
 
-/* One 64-byte aligned block per thread, carved into the tile buffers; block is NULL on failure. */
+/* One 64-byte aligned block per thread, carved into the tile buffers for query tiles of
+   `rows` rows (a multiple of ops' panel); block is NULL on failure. */
 static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape *sh,
-                                  const TILE_OPS_T *ops)
+                                  const TILE_OPS_T *ops, int64_t rows)
 {
-    const int64_t rows = round_up(QUERY_TILE, ops->query_panel);
     const int64_t d_packed = SUFFIX(packed_width)(sh->d), dv_pad = round_up(sh->d_v, COL_BLOCK);
     const size_t sizes[] = {
         cache_lines(rows * d_packed * sizeof(packed)),                     /* qt */
@@ -932,7 +932,7 @@ static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
     const struct shape *sh = loop->sh;
     struct SUFFIX(scratch) *sc = &loop->scratch[worker];
     if (!sc->block)
-        SUFFIX(scratch_alloc)(sc, sh, loop->ops);
+        SUFFIX(scratch_alloc)(sc, sh, loop->ops, loop->query_tile);
     if (!sc->block) {
         atomic_store(&loop->failed, 1);
         return;
@@ -943,6 +943,37 @@ static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
     const struct SUFFIX(kv) kv = SUFFIX(kv_head)(&loop->kv, sh, h / sh->group);
     SUFFIX(attend_query_tile)(loop->ops, sh, loop->scale, loop->q + h * sh->n_q * sh->d, &kv,
                               loop->out, h * sh->n_q, i0, min_i64(loop->query_tile, sh->n_q - i0), sc);
+}
+
+/* Query rows per tile with ops' panels. Full QUERY_TILE rows reuse each K and V row best,
+   but a single head at moderate n then gives too few tiles to share among the threads:
+   shrink the tile (in whole panels) until all heads together give about four tiles per
+   thread (measured: one head, n = 1024, float32, 2 threads: 82 -> 90 GFLOP/s). */
+static int64_t SUFFIX(query_tile_for)(const TILE_OPS_T *ops, int64_t rows, int64_t batch, int32_t threads)
+{
+    const int64_t panel = ops->query_panel, tiles_per_head = ceil_div(4 * threads, batch);
+    return clamp_i64(round_up(ceil_div(rows, tiles_per_head), panel), panel, QUERY_TILE / panel * panel);
+}
+
+/* The query rows the busiest thread computes with ops' panels, padding included (its share
+   of the tiles, each counted whole) */
+static int64_t SUFFIX(busiest_rows)(const TILE_OPS_T *ops, int64_t rows, int64_t batch, int32_t threads)
+{
+    const int64_t tile = SUFFIX(query_tile_for)(ops, rows, batch, threads);
+    return ceil_div(batch * ceil_div(rows, tile), threads) * tile;
+}
+
+/* ops, or its narrow panel's operations where they spare the busiest thread a quarter of
+   its rows or more: a call of few rows a head, which the wide panels would pad (one head of
+   64 rows on 2 threads: a 48-row AVX-512 panel each, 96 rows, or 32 each). Measured, one
+   head, d = 64, float32, 2 threads, the C entry point: n = 64 10.8 -> 8.8 µs, n = 128 28.4
+   -> 22.9 µs; where the rows are many, the narrow panels run as fast (2 heads, n = 1024, 1
+   thread: 0.99) but spare nothing, and n = 256 (144 rows against 128) is 4% slower. */
+static const TILE_OPS_T *SUFFIX(tile_ops_for)(const TILE_OPS_T *ops, int64_t rows, int64_t batch, int32_t threads)
+{
+    return ops->narrow && 4 * SUFFIX(busiest_rows)(ops->narrow, rows, batch, threads)
+                              <= 3 * SUFFIX(busiest_rows)(ops, rows, batch, threads)
+           ? ops->narrow : ops;
 }
 
 /* The entry point's work (attention.h): q (batch, n_q, d), query head h reading K/V head
@@ -972,16 +1003,11 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
     for (int64_t h = 0; h < batch; h++)
         memset((char *)out + h * n_q * d_v * out_size, 0, sh.first_row * d_v * out_size);
 
-    /* Full QUERY_TILE rows reuse each K and V row best, but a single head at moderate n
-       then gives too few tiles to share among the threads: shrink the tile (in whole
-       panels) until all heads together give about four tiles per thread (measured: one
-       head, n = 1024, float32, 2 threads: 82 -> 90 GFLOP/s). */
     const int64_t rows = n_q - sh.first_row;
-    const int64_t tiles_per_head = ceil_div(4 * threads, batch);
-    const int64_t query_tile = clamp_i64(round_up(ceil_div(rows, tiles_per_head), ops->query_panel),
-                                         ops->query_panel, QUERY_TILE);
+    const TILE_OPS_T *tile_ops = SUFFIX(tile_ops_for)(ops, rows, batch, threads);
+    const int64_t query_tile = SUFFIX(query_tile_for)(tile_ops, rows, batch, threads);
     struct SUFFIX(tile_loop) loop = {
-        .ops = ops, .sh = &sh, .scale = scale, .q = q, .kv = *kv, .out = out,
+        .ops = tile_ops, .sh = &sh, .scale = scale, .q = q, .kv = *kv, .out = out,
         .batch = batch, .tiles = ceil_div(rows, query_tile), .query_tile = query_tile,
         .scratch = calloc((size_t)threads, sizeof(struct SUFFIX(scratch))),
     };

@@ -255,6 +255,11 @@ struct row_ops_f32 {
 struct tile_ops_f32 {
     const char *isa;
     int64_t query_panel;
+    /* the same ISA's query-tile operations (query_panel, qk_tile, online_softmax, pv_tile;
+       its other members NULL) on a narrower panel, or NULL: for calls whose few rows would
+       be mostly padding in this one's panels (flash_driver_template.h, tile_ops_for); a
+       lane's arithmetic is the same in both, so is the result */
+    const struct tile_ops_f32 *narrow;
     /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ from the packed kp, panel p only for its
        panel_keys[p] keys (rounded up to the ISA's micro-kernel: rows past them are scratch) */
     void (*qk_tile)(const float *kp, const int32_t *panel_keys, const float *qt,
@@ -288,6 +293,7 @@ struct tile_ops_f32 {
 struct tile_ops_f64 {
     const char *isa;
     int64_t query_panel;
+    const struct tile_ops_f64 *narrow;   /* as tile_ops_f32's */
     void (*qk_tile)(const double *kp, const int32_t *panel_keys, const double *qt,
                     int64_t rows_pad, int64_t d, double scale, double *st, int64_t key_cap);
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
@@ -318,6 +324,7 @@ struct tile_ops_f64 {
    are float holding bfloat16 values (q widened, P rounded by online_softmax_row). */
 struct tile_ops_bf16 {
     int64_t query_panel;
+    const struct tile_ops_bf16 *narrow;   /* as tile_ops_f32's (none yet: NULL) */
     /* Sᵀ (keys, rows_pad) = scale · K Qᵀ from kp and qt, as tile_ops_f32's qk_tile */
     void (*qk_tile)(const uint32_t *kp, const int32_t *panel_keys, const uint32_t *qt,
                     int64_t rows_pad, int64_t d2, float scale, float *st, int64_t key_cap);

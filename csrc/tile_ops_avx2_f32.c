@@ -40,10 +40,12 @@ INLINE_TARGET lane_mask v_lt(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _C
 INLINE_TARGET lane_mask v_eq(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 INLINE_TARGET __m256 v_zero_where(lane_mask mask, __m256 x) { return _mm256_andnot_ps(mask, x); }
 
-/* the product is masked before the add: a masked lane's a · b may be 0 · NaN */
+/* fused, as the unmasked products are (a key's product has the same bits in a panel's
+   masked part and in its shared one), and acc kept in the masked-off lanes, whose a · b
+   (maybe 0 · NaN) is dropped */
 INLINE_TARGET __m256 v_fmadd_where(lane_mask mask, __m256 a, __m256 b, __m256 acc)
 {
-    return _mm256_add_ps(acc, _mm256_and_ps(_mm256_mul_ps(a, b), mask));
+    return _mm256_blendv_ps(acc, _mm256_fmadd_ps(a, b, acc), mask);
 }
 
 /* 2^k built from its bits: t's low bits, k + bias, shifted into the exponent field */

@@ -39,10 +39,12 @@ INLINE_TARGET lane_mask v_lt(__m256d a, __m256d b) { return _mm256_cmp_pd(a, b, 
 INLINE_TARGET lane_mask v_eq(__m256d a, __m256d b) { return _mm256_cmp_pd(a, b, _CMP_EQ_OQ); }
 INLINE_TARGET __m256d v_zero_where(lane_mask mask, __m256d x) { return _mm256_andnot_pd(mask, x); }
 
-/* the product is masked before the add: a masked lane's a · b may be 0 · NaN */
+/* fused, as the unmasked products are (a key's product has the same bits in a panel's
+   masked part and in its shared one), and acc kept in the masked-off lanes, whose a · b
+   (maybe 0 · NaN) is dropped */
 INLINE_TARGET __m256d v_fmadd_where(lane_mask mask, __m256d a, __m256d b, __m256d acc)
 {
-    return _mm256_add_pd(acc, _mm256_and_pd(_mm256_mul_pd(a, b), mask));
+    return _mm256_blendv_pd(acc, _mm256_fmadd_pd(a, b, acc), mask);
 }
 
 /* 2^k built from its bits: t's low bits, k + bias, shifted into the exponent field */

@@ -62,8 +62,7 @@ static DOT_TARGET void qk_tile_dot(const uint32_t *kp, const int32_t *panel_keys
 static TARGET void online_softmax_rounded(real *st, int64_t key_cap, const int32_t *panel_keys,
                                           int64_t rows_pad, real *m, real *l, real *alpha)
 {
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
-        online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0, 1);
+    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, 1, PANEL_VECS);
 }
 
 static TARGET real online_softmax_row_rounded(real *s, int64_t keys, real *m, real *l)

@@ -80,27 +80,35 @@ INLINE_TARGET vec v_exp(vec x)
     return v_mul_pow2(p, k, t, v_lt(x, V(set1)(SUFFIX(exp_underflow))));
 }
 
-/* Sᵀ (MICRO_KEYS, QUERY_PANEL) = scale · K (MICRO_KEYS keys, d) · Qᵀ panel (d, QUERY_PANEL),
-   with kp those keys in a packed block: column p of key i at kp[p · KEY_BLOCK + i];
-   per step PANEL_VECS loads, MICRO_KEYS broadcasts, MICRO_KEYS · PANEL_VECS FMAs */
-INLINE_TARGET void qk_micro(const real *kp, const real *qt, int64_t d, real scale, real *st)
+/* The query-tile operations come in two widths: the register plan's panel of PANEL_VECS
+   vectors, and a narrow one of PANEL_VECS − 1 (struct tile_ops_f32's narrow), for calls
+   whose few rows would be mostly padding in the wide panels. Each function below takes its
+   panel's vectors, vecs, as a constant that always_inline carries into the loops, so both
+   widths unroll completely: the registers hold MICRO_* × vecs accumulators. A lane's
+   arithmetic does not depend on the width: both give the same bits. */
+
+/* Sᵀ (MICRO_KEYS, panel) = scale · K (MICRO_KEYS keys, d) · Qᵀ panel (d, panel), panel =
+   vecs · LANES, with kp those keys in a packed block: column p of key i at kp[p · KEY_BLOCK
+   + i]; per step vecs loads, MICRO_KEYS broadcasts, MICRO_KEYS · vecs FMAs */
+INLINE_TARGET void qk_micro(const real *kp, const real *qt, int64_t d, real scale, real *st, const int vecs)
 {
+    const int64_t panel = vecs * LANES;
     vec acc[MICRO_KEYS][PANEL_VECS];
     UNROLL
     for (int i = 0; i < MICRO_KEYS; i++)
         UNROLL
-        for (int c = 0; c < PANEL_VECS; c++)
+        for (int c = 0; c < vecs; c++)
             acc[i][c] = V(setzero)();
     for (int64_t p = 0; p < d; p++) {
         vec b[PANEL_VECS];
         UNROLL
-        for (int c = 0; c < PANEL_VECS; c++)
-            b[c] = V(load)(qt + p * QUERY_PANEL + LANES * c);
+        for (int c = 0; c < vecs; c++)
+            b[c] = V(load)(qt + p * panel + LANES * c);
         UNROLL
         for (int i = 0; i < MICRO_KEYS; i++) {
             const vec a = V_BROADCAST(kp + p * KEY_BLOCK + i);
             UNROLL
-            for (int c = 0; c < PANEL_VECS; c++)
+            for (int c = 0; c < vecs; c++)
                 acc[i][c] = V(fmadd)(a, b[c], acc[i][c]);
         }
     }
@@ -108,18 +116,31 @@ INLINE_TARGET void qk_micro(const real *kp, const real *qt, int64_t d, real scal
     UNROLL
     for (int i = 0; i < MICRO_KEYS; i++)
         UNROLL
-        for (int c = 0; c < PANEL_VECS; c++)
-            V(store)(st + i * QUERY_PANEL + LANES * c, V(mul)(vscale, acc[i][c]));
+        for (int c = 0; c < vecs; c++)
+            V(store)(st + i * panel + LANES * c, V(mul)(vscale, acc[i][c]));
+}
+
+INLINE_TARGET void qk_tile_of(const real *kp, const int32_t *panel_keys, const real *qt, int64_t rows_pad,
+                              int64_t d, real scale, real *st, int64_t key_cap, const int vecs)
+{
+    const int64_t panel = vecs * LANES;
+    /* Panel outer: one Qᵀ panel (d × panel) stays in L1 while the tile's keys stream past it. */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += panel)
+        for (int64_t j = 0; j < panel_keys[r0 / panel]; j += MICRO_KEYS)
+            qk_micro(kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK, qt + r0 * d, d, scale,
+                     st + r0 * key_cap + j * panel, vecs);
 }
 
 static TARGET void qk_tile(const real *kp, const int32_t *panel_keys, const real *qt,
                            int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap)
 {
-    /* Panel outer: one Qᵀ panel (d × QUERY_PANEL) stays in L1 while the tile's keys stream past it. */
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
-        for (int64_t j = 0; j < panel_keys[r0 / QUERY_PANEL]; j += MICRO_KEYS)
-            qk_micro(kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK, qt + r0 * d, d, scale,
-                     st + r0 * key_cap + j * QUERY_PANEL);
+    qk_tile_of(kp, panel_keys, qt, rows_pad, d, scale, st, key_cap, PANEL_VECS);
+}
+
+static TARGET void qk_tile_narrow(const real *kp, const int32_t *panel_keys, const real *qt,
+                                  int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap)
+{
+    qk_tile_of(kp, panel_keys, qt, rows_pad, d, scale, st, key_cap, PANEL_VECS - 1);
 }
 
 /* P as the products take it: as computed, or, for the bfloat16 dot products (round_bf16),
@@ -131,38 +152,39 @@ static TARGET void qk_tile(const real *kp, const int32_t *panel_keys, const real
 #define WEIGHT(p, round_bf16) ((void)(round_bf16), (p))
 #endif
 
-/* The online softmax of one panel of queries (see tile_ops.h). The PANEL_VECS vectors of a
-   key's row are loaded together and give that many independent exp computations. */
+/* The online softmax of one panel of queries (see tile_ops.h). The vecs vectors of a key's
+   row are loaded together and give that many independent exp computations. */
 INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha,
-                                        const int round_bf16)
+                                        const int round_bf16, const int vecs)
 {
+    const int64_t panel = vecs * LANES;
     vec m_old[PANEL_VECS], m_new[PANEL_VECS], m_ref[PANEL_VECS], sum[PANEL_VECS];
     UNROLL
-    for (int c = 0; c < PANEL_VECS; c++)
+    for (int c = 0; c < vecs; c++)
         m_old[c] = m_new[c] = V(load)(m + LANES * c);
     /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
     for (int64_t j = 0; j < keys; j++)
         UNROLL
-        for (int c = 0; c < PANEL_VECS; c++)
-            m_new[c] = V(max)(V(load)(st + j * QUERY_PANEL + LANES * c), m_new[c]);
+        for (int c = 0; c < vecs; c++)
+            m_new[c] = V(max)(V(load)(st + j * panel + LANES * c), m_new[c]);
     /* While a query has seen only −inf scores, measure from 0, so that its weights are
        exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
        in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
     UNROLL
-    for (int c = 0; c < PANEL_VECS; c++) {
+    for (int c = 0; c < vecs; c++) {
         m_ref[c] = v_zero_where(v_eq(m_new[c], V(set1)(-INFINITY)), m_new[c]);
         sum[c] = V(setzero)();
     }
     for (int64_t j = 0; j < keys; j++)
         UNROLL
-        for (int c = 0; c < PANEL_VECS; c++) {
-            real *s = st + j * QUERY_PANEL + LANES * c;
+        for (int c = 0; c < vecs; c++) {
+            real *s = st + j * panel + LANES * c;
             const vec p = WEIGHT(v_exp(V(sub)(V(load)(s), m_ref[c])), round_bf16);
             V(store)(s, p);
             sum[c] = V(add)(sum[c], p);
         }
     UNROLL
-    for (int c = 0; c < PANEL_VECS; c++) {
+    for (int c = 0; c < vecs; c++) {
         const vec a = v_exp(V(sub)(m_old[c], m_ref[c]));
         V(store)(alpha + LANES * c, a);
         V(store)(l + LANES * c, V(fmadd)(a, V(load)(l + LANES * c), sum[c]));
@@ -170,48 +192,62 @@ INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l
     }
 }
 
+INLINE_TARGET void online_softmax_of(real *st, int64_t key_cap, const int32_t *panel_keys, int64_t rows_pad,
+                                     real *m, real *l, real *alpha, const int round_bf16, const int vecs)
+{
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += vecs * LANES)
+        online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / (vecs * LANES)], m + r0, l + r0, alpha + r0,
+                             round_bf16, vecs);
+}
+
 static TARGET void online_softmax(real *st, int64_t key_cap, const int32_t *panel_keys,
                                   int64_t rows_pad, real *m, real *l, real *alpha)
 {
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
-        online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / QUERY_PANEL], m + r0, l + r0, alpha + r0, 0);
+    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, 0, PANEL_VECS);
 }
 
-/* Oᵀ (MICRO_COLS, QUERY_PANEL) = alpha ⊙ Oᵀ + Vᵀ (MICRO_COLS columns, keys) · Pᵀ panel
-   (keys, QUERY_PANEL), with vp those value columns in a packed block: column i of key j at
+static TARGET void online_softmax_narrow(real *st, int64_t key_cap, const int32_t *panel_keys,
+                                         int64_t rows_pad, real *m, real *l, real *alpha)
+{
+    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, 0, PANEL_VECS - 1);
+}
+
+/* Oᵀ (MICRO_COLS, panel) = alpha ⊙ Oᵀ + Vᵀ (MICRO_COLS columns, keys) · Pᵀ panel (keys,
+   panel), panel = vecs · LANES, with vp those value columns in a packed block: column i of key j at
    vp[j · COL_BLOCK + i]. All the panel's queries see keys [0, shared); keys [shared, most)
    only reach the lanes whose visible count exceeds them: there the product is masked, since
    0 · NaN would be NaN. */
 INLINE_TARGET void pv_micro(const real *pt, const real *vp,
                             const int32_t *visible, int64_t shared, int64_t most,
-                            const real *alpha, real *ot)
+                            const real *alpha, real *ot, const int vecs)
 {
+    const int64_t panel = vecs * LANES;
     vec acc[MICRO_COLS][PANEL_VECS];
     UNROLL
-    for (int c = 0; c < PANEL_VECS; c++) {
+    for (int c = 0; c < vecs; c++) {
         const vec a = V(load)(alpha + LANES * c);
         UNROLL
         for (int i = 0; i < MICRO_COLS; i++)
-            acc[i][c] = V(mul)(a, V(load)(ot + i * QUERY_PANEL + LANES * c));
+            acc[i][c] = V(mul)(a, V(load)(ot + i * panel + LANES * c));
     }
     for (int64_t j = 0; j < shared; j++) {
         vec p[PANEL_VECS];
         UNROLL
-        for (int c = 0; c < PANEL_VECS; c++)
-            p[c] = V(load)(pt + j * QUERY_PANEL + LANES * c);
+        for (int c = 0; c < vecs; c++)
+            p[c] = V(load)(pt + j * panel + LANES * c);
         UNROLL
         for (int i = 0; i < MICRO_COLS; i++) {
             const vec b = V_BROADCAST(vp + j * COL_BLOCK + i);
             UNROLL
-            for (int c = 0; c < PANEL_VECS; c++)
+            for (int c = 0; c < vecs; c++)
                 acc[i][c] = V(fmadd)(p[c], b, acc[i][c]);
         }
     }
     for (int64_t j = shared; j < most; j++)
         UNROLL
-        for (int c = 0; c < PANEL_VECS; c++) {
+        for (int c = 0; c < vecs; c++) {
             const lane_mask sees = lanes_seeing(visible + LANES * c, j);
-            const vec p = V(load)(pt + j * QUERY_PANEL + LANES * c);
+            const vec p = V(load)(pt + j * panel + LANES * c);
             UNROLL
             for (int i = 0; i < MICRO_COLS; i++)
                 acc[i][c] = v_fmadd_where(sees, p, V_BROADCAST(vp + j * COL_BLOCK + i), acc[i][c]);
@@ -219,27 +255,40 @@ INLINE_TARGET void pv_micro(const real *pt, const real *vp,
     UNROLL
     for (int i = 0; i < MICRO_COLS; i++)
         UNROLL
-        for (int c = 0; c < PANEL_VECS; c++)
-            V(store)(ot + i * QUERY_PANEL + LANES * c, acc[i][c]);
+        for (int c = 0; c < vecs; c++)
+            V(store)(ot + i * panel + LANES * c, acc[i][c]);
+}
+
+INLINE_TARGET void pv_tile_of(const real *pt, int64_t key_cap, const int32_t *visible, const real *alpha,
+                              const real *vp, int64_t d_v, int64_t rows_pad, real *ot, const int vecs)
+{
+    const int64_t dv_pad = round_up(d_v, COL_BLOCK), panel = vecs * LANES;
+    /* Panel outer: one Pᵀ panel (keys × panel) stays in L1 while all value columns stream
+       past it. */
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
+        int64_t shared = visible[r0], most = visible[r0];
+        for (int64_t r = r0 + 1; r < r0 + panel; r++) {
+            shared = visible[r] < shared ? visible[r] : shared;
+            most = visible[r] > most ? visible[r] : most;
+        }
+        for (int64_t c = 0; c < d_v; c += MICRO_COLS)
+            pv_micro(pt + r0 * key_cap, vp + c / COL_BLOCK * key_cap * COL_BLOCK + c % COL_BLOCK,
+                     visible + r0, shared, most, alpha + r0, ot + r0 * dv_pad + c * panel, vecs);
+    }
 }
 
 static TARGET void pv_tile(const real *pt, int64_t key_cap, const int32_t *visible,
                            const real *alpha, const real *vp, int64_t d_v, int64_t rows_pad,
                            real *ot)
 {
-    const int64_t dv_pad = round_up(d_v, COL_BLOCK);
-    /* Panel outer: one Pᵀ panel (keys × QUERY_PANEL) stays in L1 while all value columns
-       stream past it. */
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
-        int64_t shared = visible[r0], most = visible[r0];
-        for (int64_t r = r0 + 1; r < r0 + QUERY_PANEL; r++) {
-            shared = visible[r] < shared ? visible[r] : shared;
-            most = visible[r] > most ? visible[r] : most;
-        }
-        for (int64_t c = 0; c < d_v; c += MICRO_COLS)
-            pv_micro(pt + r0 * key_cap, vp + c / COL_BLOCK * key_cap * COL_BLOCK + c % COL_BLOCK,
-                     visible + r0, shared, most, alpha + r0, ot + r0 * dv_pad + c * QUERY_PANEL);
-    }
+    pv_tile_of(pt, key_cap, visible, alpha, vp, d_v, rows_pad, ot, PANEL_VECS);
+}
+
+static TARGET void pv_tile_narrow(const real *pt, int64_t key_cap, const int32_t *visible,
+                                  const real *alpha, const real *vp, int64_t d_v, int64_t rows_pad,
+                                  real *ot)
+{
+    pv_tile_of(pt, key_cap, visible, alpha, vp, d_v, rows_pad, ot, PANEL_VECS - 1);
 }
 
 /* Row operations (split-KV path, tile_ops.h): SIMD lanes run along d, over one row. */
@@ -326,9 +375,20 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
 #endif
 #undef WEIGHT
 
+/* the query-tile operations on the narrow panel (see qk_micro), the others NULL: for
+   the driver's query tiles only */
+static const struct SUFFIX(tile_ops) narrow_ops = {
+    .isa = ISA_NAME,
+    .query_panel = (PANEL_VECS - 1) * LANES,
+    .qk_tile = qk_tile_narrow,
+    .online_softmax = online_softmax_narrow,
+    .pv_tile = pv_tile_narrow,
+};
+
 const struct SUFFIX(tile_ops) TILE_OPS = {
     .isa = ISA_NAME,
     .query_panel = QUERY_PANEL,
+    .narrow = &narrow_ops,
     .qk_tile = qk_tile,
     .online_softmax = online_softmax,
     .pv_tile = pv_tile,

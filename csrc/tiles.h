@@ -7,7 +7,8 @@
 #define ATTNBENCH_TILES_H
 
 /* Query rows × keys per tile, per thread. The query tiles must be multiples of every ISA's
-   query panel (float32: 48, 24, 8; float64: 24, 12, 8). */
+   query panel (float32: 48, 24, 8; float64: 24, 12, 8); a narrow panel's tiles (float32:
+   32, 16; float64: 16, 8; for calls of few rows) are at most the largest multiple of it. */
 #ifndef ATTN_F32_QUERY_TILE
 #define ATTN_F32_QUERY_TILE 528
 #endif

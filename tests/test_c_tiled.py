@@ -78,3 +78,24 @@ def test_every_path_keeps_a_nan_value_to_the_queries_whose_band_holds_it(isa, dt
     seen = band.mask(300, 300)[:, [1, 40, 150]].any(axis=1)
     assert np.array_equal(np.isnan(out[0, :, 5]), seen) and not np.isnan(out[0, :, :5]).any()
     assert np.isfinite(out[1]).all()
+
+
+@pytest.mark.parametrize("dtype", harness.DTYPES, ids=[np.dtype(d).name for d in harness.DTYPES])
+def test_a_rows_result_does_not_depend_on_the_rows_called_with_it(isa, dtype):
+    """Causal rows computed in one call of 300 (wide panels, tiles crossing the diagonal
+    and a second key tile) come out bit for bit as in calls of a few of them against the
+    keys they see (5-50 rows: the narrow panels where the path has them, csrc/
+    flash_driver_template.h's tile_ops_for).  A lane's arithmetic must not depend on its
+    panel: a masked product fused as the others (AVX2), and exp(0) = 1 exactly, so that a
+    row that sees none of a key tile its panel walks keeps its sums' bits."""
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal((2, 300, 64)).astype(dtype) for _ in range(3))
+    compute = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+    whole = np.empty((2, 300, 64), compute)
+    c_tiled.run(q, k, v, whole, True, 0.125)
+    for r0, rows in ((0, 24), (40, 5), (100, 17), (136, 64), (250, 50)):
+        part = np.empty((2, rows, 64), compute)
+        end = r0 + rows   # causal, aligned at the end: the part's query j is the whole's r0 + j
+        c_tiled.run(np.ascontiguousarray(q[:, r0:end]), np.ascontiguousarray(k[:, :end]),
+                    np.ascontiguousarray(v[:, :end]), part, True, 0.125)
+        assert np.array_equal(part, whole[:, r0:end]), (r0, rows)
