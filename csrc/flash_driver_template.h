@@ -103,6 +103,13 @@
 #else
 #define KV_UNPACKED 0
 #endif
+/* V's rows are real as they lie (neither converted nor paired): pv_tile can read them in
+   place (struct tile_loop's v_in_place) */
+#if !PAIRED && !KV_STAGED && !defined(KV_ELEM_TO_REAL)
+#define V_READ_IN_PLACE 1
+#else
+#define V_READ_IN_PLACE 0
+#endif
 /* the packed tiles' element type: real, or two bfloat16 in one word (PAIRED) */
 #if PAIRED
 #define packed uint32_t
@@ -169,6 +176,7 @@ struct SUFFIX(scratch) {
     int32_t *first, *visible, *panel_keys, *panel_first;   /* count_visible's */
     const kv_elem *packed_head;           /* kp and vp hold this K/V head's (its K rows) keys ... */
     int64_t packed_j0, packed_keys;       /* ... [packed_j0, + packed_keys) (walk_keys) */
+    int v_in_place;                       /* vp is not used: pv_tile reads V's rows (tile_loop's) */
     void *block;
 };
 
@@ -484,7 +492,8 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
             SUFFIX(pack_v)(v + j0 * d_v, keys, d_v, sc->vp);
 #else
             SUFFIX(pack_k)(SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
-            SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
+            if (!sc->v_in_place)
+                SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
 #endif
             sc->packed_head = k;
             sc->packed_j0 = j0;
@@ -524,9 +533,16 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
             ops->pack_p(sc->st, *panel_keys, sc->pt);   /* Pᵀ in bfloat16 pairs of keys */
             ops->pv_tile(sc->pt, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
                          sc->ot + r0 * dv_pad);
+#elif V_READ_IN_PLACE
+            if (sc->v_in_place)
+                ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, v + j0 * d_v, d_v, COL_BLOCK,
+                             d_v, panel, sc->ot + r0 * dv_pad);
+            else
+                ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, COL_BLOCK,
+                             KEY_CAP * COL_BLOCK, d_v, panel, sc->ot + r0 * dv_pad);
 #else
-            ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
-                         sc->ot + r0 * dv_pad);
+            ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, COL_BLOCK, KEY_CAP * COL_BLOCK,
+                         d_v, panel, sc->ot + r0 * dv_pad);
 #endif
         }
     }
@@ -922,6 +938,7 @@ struct SUFFIX(tile_loop) {
     struct SUFFIX(kv) kv;
     void *out;
     int64_t batch, tiles, query_tile;
+    int v_in_place;   /* pv_tile reads V's rows where they lie, unpacked (SUFFIX(forward)) */
     struct SUFFIX(scratch) *scratch;   /* one per worker, allocated on its first task */
     atomic_int failed;
 };
@@ -933,6 +950,7 @@ static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
     struct SUFFIX(scratch) *sc = &loop->scratch[worker];
     if (!sc->block)
         SUFFIX(scratch_alloc)(sc, sh, loop->ops, loop->query_tile);
+    sc->v_in_place = loop->v_in_place;
     if (!sc->block) {
         atomic_store(&loop->failed, 1);
         return;
@@ -1009,6 +1027,10 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
     struct SUFFIX(tile_loop) loop = {
         .ops = tile_ops, .sh = &sh, .scale = scale, .q = q, .kv = *kv, .out = out,
         .batch = batch, .tiles = ceil_div(rows, query_tile), .query_tile = query_tile,
+        /* A tile of few query rows would pack each V row for as few products; read in place,
+           its rows lie d_v apart. Not across a window's left edge, whose keys a query leaves
+           out are checked for finite values in the packed tile (finite_keys). */
+        .v_in_place = V_READ_IN_PLACE && !sh.windowed && d_v % COL_BLOCK == 0 && query_tile <= V_IN_PLACE_ROWS,
         .scratch = calloc((size_t)threads, sizeof(struct SUFFIX(scratch))),
     };
     if (!loop.scratch)
@@ -1034,3 +1056,4 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
 #undef packed_from
 #undef PACKED_VALUE
 #undef KV_TILE_STAGED
+#undef V_READ_IN_PLACE

@@ -17,7 +17,11 @@
      kp (key_cap / KEY_BLOCK, d, KEY_BLOCK)             the K tile in blocks of KEY_BLOCK
                                                         keys side by side (key-minor)
      vp (dv_pad / COL_BLOCK, key_cap, COL_BLOCK)        the V tile in blocks of COL_BLOCK
-                                                        columns, each block contiguous
+                                                        columns, each block contiguous; or
+                                                        V's rows in place (a query tile of
+                                                        few rows, which packing would cost
+                                                        as much as the products: pv_tile's
+                                                        v_key and v_block)
      m, l, alpha (rows_pad)   per query: running max, running sum, this tile's rescale factor
    Each panel is contiguous, so a micro-kernel walks its operand linearly. rows_pad is a
    multiple of query_panel; key_cap >= keys rounded up to KEY_BLOCK.
@@ -269,9 +273,13 @@ struct tile_ops_f32 {
        (measured from 0 instead while m_new = −inf, see online_softmax_panel) */
     void (*online_softmax)(float *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, float *m, float *l, float *alpha);
-    /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from the packed vp, query r summing over its first visible[r] keys */
+    /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ, query r summing over its first visible[r] keys, value column
+       c of key j at vp[c / COL_BLOCK · v_block + j · v_key + c % COL_BLOCK]: packed (pack_v:
+       v_key = COL_BLOCK, v_block = key_cap · COL_BLOCK), or V's rows in place (v_key = d_v,
+       v_block = COL_BLOCK, d_v a multiple of COL_BLOCK) */
     void (*pv_tile)(const float *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
-                    const float *vp, int64_t d_v, int64_t rows_pad, float *ot);
+                    const float *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
+                    float *ot);
     /* S (rows, s_stride) = scale · Q (rows, d) · Kᵀ (keys, d), 1 <= rows <= ROW_GROUP; each
        row of S holds round_up(keys, ROW_KEY_PAD) values, and those past keys may be
        overwritten; fetches `ahead` meanwhile */
@@ -299,7 +307,8 @@ struct tile_ops_f64 {
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, double *m, double *l, double *alpha);
     void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
-                    const double *vp, int64_t d_v, int64_t rows_pad, double *ot);
+                    const double *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
+                    double *ot);
     void (*qk_rows)(const double *k, int64_t keys, int64_t d, const double *q, int64_t rows,
                     double scale, double *s, int64_t s_stride, struct read_ahead ahead);
     double (*online_softmax_row)(double *s, int64_t keys, double *m, double *l);

@@ -52,10 +52,11 @@ static void SUFFIX(online_softmax_generic)(real *st, int64_t key_cap, const int3
     }
 }
 
-/* Oᵀ (dv_pad, rows_pad) = alpha ⊙ Oᵀ + Vᵀ (d_v, keys) · Pᵀ (keys, rows_pad), V packed (tile_ops.h) */
+/* Oᵀ (dv_pad, rows_pad) = alpha ⊙ Oᵀ + Vᵀ (d_v, keys) · Pᵀ (keys, rows_pad), V packed or in
+   place (tile_ops.h) */
 static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32_t *visible,
-                                    const real *alpha, const real *vp, int64_t d_v,
-                                    int64_t rows_pad, real *ot)
+                                    const real *alpha, const real *vp, int64_t v_key, int64_t v_block,
+                                    int64_t d_v, int64_t rows_pad, real *ot)
 {
     const int64_t dv_pad = round_up(d_v, COL_BLOCK);
     for (int64_t r = 0; r < rows_pad; r++) {
@@ -63,10 +64,10 @@ static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32
         const real *p = pt + panel * key_cap * GENERIC_QUERY_PANEL + lane;   /* p[j * PANEL] */
         real *o = ot + panel * dv_pad * GENERIC_QUERY_PANEL + lane;          /* o[c * PANEL] */
         for (int64_t c = 0; c < d_v; c++) {
-            const real *vc = vp + (c / COL_BLOCK) * key_cap * COL_BLOCK + c % COL_BLOCK;   /* vc[j * COL_BLOCK] */
+            const real *vc = vp + (c / COL_BLOCK) * v_block + c % COL_BLOCK;   /* vc[j * v_key] */
             real acc = alpha[r] * o[c * GENERIC_QUERY_PANEL];
             for (int64_t j = 0; j < visible[r]; j++)
-                acc += p[j * GENERIC_QUERY_PANEL] * vc[j * COL_BLOCK];
+                acc += p[j * GENERIC_QUERY_PANEL] * vc[j * v_key];
             o[c * GENERIC_QUERY_PANEL] = acc;
         }
     }

@@ -213,11 +213,11 @@ static TARGET void online_softmax_narrow(real *st, int64_t key_cap, const int32_
 }
 
 /* Oᵀ (MICRO_COLS, panel) = alpha ⊙ Oᵀ + Vᵀ (MICRO_COLS columns, keys) · Pᵀ panel (keys,
-   panel), panel = vecs · LANES, with vp those value columns in a packed block: column i of key j at
-   vp[j · COL_BLOCK + i]. All the panel's queries see keys [0, shared); keys [shared, most)
+   panel), panel = vecs · LANES, with vp those value columns: column i of key j at vp[j ·
+   v_key + i] (a packed block, or V's rows in place: tile_ops.h). All the panel's queries see keys [0, shared); keys [shared, most)
    only reach the lanes whose visible count exceeds them: there the product is masked, since
    0 · NaN would be NaN. */
-INLINE_TARGET void pv_micro(const real *pt, const real *vp,
+INLINE_TARGET void pv_micro(const real *pt, const real *vp, int64_t v_key,
                             const int32_t *visible, int64_t shared, int64_t most,
                             const real *alpha, real *ot, const int vecs)
 {
@@ -237,7 +237,7 @@ INLINE_TARGET void pv_micro(const real *pt, const real *vp,
             p[c] = V(load)(pt + j * panel + LANES * c);
         UNROLL
         for (int i = 0; i < MICRO_COLS; i++) {
-            const vec b = V_BROADCAST(vp + j * COL_BLOCK + i);
+            const vec b = V_BROADCAST(vp + j * v_key + i);
             UNROLL
             for (int c = 0; c < vecs; c++)
                 acc[i][c] = V(fmadd)(p[c], b, acc[i][c]);
@@ -250,7 +250,7 @@ INLINE_TARGET void pv_micro(const real *pt, const real *vp,
             const vec p = V(load)(pt + j * panel + LANES * c);
             UNROLL
             for (int i = 0; i < MICRO_COLS; i++)
-                acc[i][c] = v_fmadd_where(sees, p, V_BROADCAST(vp + j * COL_BLOCK + i), acc[i][c]);
+                acc[i][c] = v_fmadd_where(sees, p, V_BROADCAST(vp + j * v_key + i), acc[i][c]);
         }
     UNROLL
     for (int i = 0; i < MICRO_COLS; i++)
@@ -260,7 +260,8 @@ INLINE_TARGET void pv_micro(const real *pt, const real *vp,
 }
 
 INLINE_TARGET void pv_tile_of(const real *pt, int64_t key_cap, const int32_t *visible, const real *alpha,
-                              const real *vp, int64_t d_v, int64_t rows_pad, real *ot, const int vecs)
+                              const real *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
+                              real *ot, const int vecs)
 {
     const int64_t dv_pad = round_up(d_v, COL_BLOCK), panel = vecs * LANES;
     /* Panel outer: one Pᵀ panel (keys × panel) stays in L1 while all value columns stream
@@ -272,23 +273,23 @@ INLINE_TARGET void pv_tile_of(const real *pt, int64_t key_cap, const int32_t *vi
             most = visible[r] > most ? visible[r] : most;
         }
         for (int64_t c = 0; c < d_v; c += MICRO_COLS)
-            pv_micro(pt + r0 * key_cap, vp + c / COL_BLOCK * key_cap * COL_BLOCK + c % COL_BLOCK,
+            pv_micro(pt + r0 * key_cap, vp + c / COL_BLOCK * v_block + c % COL_BLOCK, v_key,
                      visible + r0, shared, most, alpha + r0, ot + r0 * dv_pad + c * panel, vecs);
     }
 }
 
-static TARGET void pv_tile(const real *pt, int64_t key_cap, const int32_t *visible,
-                           const real *alpha, const real *vp, int64_t d_v, int64_t rows_pad,
+static TARGET void pv_tile(const real *pt, int64_t key_cap, const int32_t *visible, const real *alpha,
+                           const real *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
                            real *ot)
 {
-    pv_tile_of(pt, key_cap, visible, alpha, vp, d_v, rows_pad, ot, PANEL_VECS);
+    pv_tile_of(pt, key_cap, visible, alpha, vp, v_key, v_block, d_v, rows_pad, ot, PANEL_VECS);
 }
 
-static TARGET void pv_tile_narrow(const real *pt, int64_t key_cap, const int32_t *visible,
-                                  const real *alpha, const real *vp, int64_t d_v, int64_t rows_pad,
-                                  real *ot)
+static TARGET void pv_tile_narrow(const real *pt, int64_t key_cap, const int32_t *visible, const real *alpha,
+                                  const real *vp, int64_t v_key, int64_t v_block, int64_t d_v,
+                                  int64_t rows_pad, real *ot)
 {
-    pv_tile_of(pt, key_cap, visible, alpha, vp, d_v, rows_pad, ot, PANEL_VECS - 1);
+    pv_tile_of(pt, key_cap, visible, alpha, vp, v_key, v_block, d_v, rows_pad, ot, PANEL_VECS - 1);
 }
 
 /* Row operations (split-KV path, tile_ops.h): SIMD lanes run along d, over one row. */
