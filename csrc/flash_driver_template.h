@@ -186,8 +186,8 @@ static int64_t SUFFIX(packed_width)(int64_t d)
     return PAIRED ? ceil_div(d, 2) : d;
 }
 
-/* One 64-byte aligned block per thread, carved into the tile buffers for query tiles of
-   `rows` rows (a multiple of ops' panel); block is NULL on failure. */
+/* The calling thread's scratch (thread_scratch), carved into the tile buffers for query
+   tiles of `rows` rows (a multiple of ops' panel); block is NULL on failure. */
 static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape *sh,
                                   const TILE_OPS_T *ops, int64_t rows)
 {
@@ -216,7 +216,7 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += sizes[i];
-    char *block = aligned_alloc(CACHE_LINE, total);
+    char *block = thread_scratch(total);
     *sc = (struct SUFFIX(scratch)){.block = block};
     if (!block)
         return;
@@ -939,7 +939,7 @@ struct SUFFIX(tile_loop) {
     void *out;
     int64_t batch, tiles, query_tile;
     int v_in_place;   /* pv_tile reads V's rows where they lie, unpacked (SUFFIX(forward)) */
-    struct SUFFIX(scratch) *scratch;   /* one per worker, allocated on its first task */
+    struct SUFFIX(scratch) *scratch;   /* one per worker, carved on its first task (scratch_alloc) */
     atomic_int failed;
 };
 
@@ -1036,8 +1036,6 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
     if (!loop.scratch)
         return 1;
     pool_run(batch * loop.tiles, threads, SUFFIX(query_tile_task), &loop);
-    for (int32_t t = 0; t < threads; t++)
-        free(loop.scratch[t].block);
     free(loop.scratch);
     return atomic_load(&loop.failed);
 }
