@@ -269,18 +269,15 @@ static const real *SUFFIX(kv_as_real)(const kv_elem *x, const float *scale, int6
 #endif
 }
 
-/* qt (rows_pad / panel, d, panel) = Qᵀ of query rows [0, rows), zero columns after */
-static void SUFFIX(pack_qt)(const real *q, int64_t rows, int64_t rows_pad, int64_t d,
+/* qt (rows_pad / panel, d, panel) = Qᵀ of query rows [0, rows), zero columns after: each
+   panel by ops' transpose (on a tiny call the packing is as much work as the products) */
+static void SUFFIX(pack_qt)(const TILE_OPS_T *ops, const real *q, int64_t rows, int64_t rows_pad, int64_t d,
                             int64_t panel, real *qt)
 {
-    /* a row at a time (contiguous reads, each lane's writes a panel apart, in L1), no test
-       per element: on a tiny call the packing is as much work as the products */
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
         const int64_t live = min_i64(panel, rows - r0);
         real *block = qt + r0 * d;
-        for (int64_t lane = 0; lane < live; lane++)
-            for (int64_t p = 0; p < d; p++)
-                block[p * panel + lane] = q[(r0 + lane) * d + p];
+        ops->transpose(q + r0 * d, d, live, d, block, panel);
         for (int64_t p = 0; p < d; p++)
             for (int64_t lane = live; lane < panel; lane++)
                 block[p * panel + lane] = 0;
@@ -290,15 +287,20 @@ static void SUFFIX(pack_qt)(const real *q, int64_t rows, int64_t rows_pad, int64
 /* kp (KEY_CAP / KEY_BLOCK, d, KEY_BLOCK) = K rows [0, keys) of the tile, each block of
    KEY_BLOCK keys side by side, so that a micro-kernel finds the keys it broadcasts at one
    address per step (in place, gcc's addressing of 8 key rows spilled registers); keys past
-   the tile are zero, scored but never read. */
-static void SUFFIX(pack_k)(const packed_from *k, int64_t keys, int64_t d, real *kp)
+   the tile are zero, scored but never read. Real rows go through ops' transpose. */
+static void SUFFIX(pack_k)(const TILE_OPS_T *ops, const packed_from *k, int64_t keys, int64_t d, real *kp)
 {
     for (int64_t j0 = 0; j0 < keys; j0 += KEY_BLOCK) {
         real *block = kp + j0 * d;
         const int64_t live = min_i64(KEY_BLOCK, keys - j0);
-        for (int64_t i = 0; i < live; i++)   /* (no test per element: as pack_qt) */
+#ifdef KV_ELEM_TO_REAL
+        (void)ops;
+        for (int64_t i = 0; i < live; i++)   /* (no test per element) */
             for (int64_t p = 0; p < d; p++)
                 block[p * KEY_BLOCK + i] = PACKED_VALUE(k[(j0 + i) * d + p]);
+#else
+        ops->transpose(k + j0 * d, d, live, d, block, KEY_BLOCK);
+#endif
         for (int64_t i = live; i < KEY_BLOCK; i++)
             for (int64_t p = 0; p < d; p++)
                 block[p * KEY_BLOCK + i] = 0;
@@ -488,10 +490,10 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
             SUFFIX(pack_k_pairs)(k + j0 * d, keys, d, sc->kp);
             SUFFIX(pack_v_pairs)(v + j0 * d_v, keys, d_v, sc->vp);
 #elif defined(KV_ELEM_TO_REAL)
-            SUFFIX(pack_k)(k + j0 * d, keys, d, sc->kp);
+            SUFFIX(pack_k)(ops, k + j0 * d, keys, d, sc->kp);
             SUFFIX(pack_v)(v + j0 * d_v, keys, d_v, sc->vp);
 #else
-            SUFFIX(pack_k)(SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
+            SUFFIX(pack_k)(ops, SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
             if (!sc->v_in_place)
                 SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
 #endif
@@ -564,7 +566,7 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
 #if PAIRED
     SUFFIX(pack_qt_pairs)(q + i0 * d, rows, rows_pad, d, panel, sc->qt);
 #else
-    SUFFIX(pack_qt)(SUFFIX(q_as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
+    SUFFIX(pack_qt)(ops, SUFFIX(q_as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
 #endif
     for (int64_t r = 0; r < rows_pad; r++) {
         sc->m[r] = -INFINITY;

@@ -264,6 +264,9 @@ struct tile_ops_f32 {
        be mostly padding in this one's panels (flash_driver_template.h, tile_ops_for); a
        lane's arithmetic is the same in both, so is the result */
     const struct tile_ops_f32 *narrow;
+    /* y[c · y_stride + r] = x[r · x_stride + c] for r < rows, c < cols: how the driver packs
+       Qᵀ and K (pack_qt, pack_k); the narrow operations have it too */
+    void (*transpose)(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride);
     /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ from the packed kp, panel p only for its
        panel_keys[p] keys (rounded up to the ISA's micro-kernel: rows past them are scratch) */
     void (*qk_tile)(const float *kp, const int32_t *panel_keys, const float *qt,
@@ -302,6 +305,7 @@ struct tile_ops_f64 {
     const char *isa;
     int64_t query_panel;
     const struct tile_ops_f64 *narrow;   /* as tile_ops_f32's */
+    void (*transpose)(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y, int64_t y_stride);
     void (*qk_tile)(const double *kp, const int32_t *panel_keys, const double *qt,
                     int64_t rows_pad, int64_t d, double scale, double *st, int64_t key_cap);
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
@@ -493,5 +497,16 @@ extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32, tile_o
     tile_ops_emulated_f32;
 extern const struct tile_ops_bf16 tile_ops_avx512_bf16, tile_ops_emulated_bf16;
 extern const struct tile_ops_f64 tile_ops_generic_f64, tile_ops_avx2_f64, tile_ops_avx512_f64;
+
+/* struct tile_ops_f32's and _f64's transpose: in 8 × 8 (float64: 4 × 4) blocks of AVX2's
+   shuffles, for the AVX2 and the AVX-512 paths (tile_ops_avx2_f32.c, tile_ops_avx2_f64.c:
+   one element at a time, a panel of queries or a block of keys took a cycle an element, as
+   much as a tiny call's products), the edges one element at a time; or element by element
+   (tile_ops_generic_template.h) */
+void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride);
+void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y, int64_t y_stride);
+void transpose_generic_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride);
+void transpose_generic_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y,
+                           int64_t y_stride);
 
 #endif

@@ -110,4 +110,39 @@ INLINE_TARGET __m256 load_row_q8(const int8_t *p)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
+/* the packing's transposes (tile_ops.h): 8 rows of 8 in three rounds of shuffles */
+#define TRANSPOSE transpose_avx2_f32
+TARGET void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride)
+{
+    int64_t r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+        int64_t c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8) {
+            __m256 a[8], t[8], u[8];
+            for (int i = 0; i < 8; i++)
+                a[i] = _mm256_loadu_ps(x + (r0 + i) * x_stride + c0);
+            for (int i = 0; i < 8; i += 2) {   /* t[i] = rows i, i + 1 interleaved, in each half */
+                t[i] = _mm256_unpacklo_ps(a[i], a[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(a[i], a[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4) {   /* u: one column of 4 rows in each half */
+                u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+                u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+                u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+            }
+            for (int i = 0; i < 4; i++) {      /* columns i and i + 4: the halves of rows 0-3 and 4-7 */
+                _mm256_storeu_ps(y + (c0 + i) * y_stride + r0, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+                _mm256_storeu_ps(y + (c0 + i + 4) * y_stride + r0, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+            }
+        }
+        for (; c0 < cols; c0++)
+            for (int64_t r = r0; r < r0 + 8; r++)
+                y[c0 * y_stride + r] = x[r * x_stride + c0];
+    }
+    for (; r0 < rows; r0++)
+        for (int64_t c = 0; c < cols; c++)
+            y[c * y_stride + r0] = x[r0 * x_stride + c];
+}
+
 #include "tile_ops_simd_template.h"

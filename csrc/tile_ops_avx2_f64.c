@@ -77,4 +77,33 @@ INLINE_TARGET double v_hmax(__m256d x)
     return _mm_cvtsd_f64(_mm_max_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+/* the packing's transposes (tile_ops.h): 4 rows of 4 in two rounds of shuffles */
+#define TRANSPOSE transpose_avx2_f64
+TARGET void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y,
+                               int64_t y_stride)
+{
+    int64_t r0 = 0;
+    for (; r0 + 4 <= rows; r0 += 4) {
+        int64_t c0 = 0;
+        for (; c0 + 4 <= cols; c0 += 4) {
+            __m256d a[4];
+            for (int i = 0; i < 4; i++)
+                a[i] = _mm256_loadu_pd(x + (r0 + i) * x_stride + c0);
+            /* columns 0 and 2, then 1 and 3, of rows 0-1 and of rows 2-3 */
+            const __m256d t0 = _mm256_unpacklo_pd(a[0], a[1]), t1 = _mm256_unpackhi_pd(a[0], a[1]);
+            const __m256d t2 = _mm256_unpacklo_pd(a[2], a[3]), t3 = _mm256_unpackhi_pd(a[2], a[3]);
+            _mm256_storeu_pd(y + c0 * y_stride + r0, _mm256_permute2f128_pd(t0, t2, 0x20));
+            _mm256_storeu_pd(y + (c0 + 1) * y_stride + r0, _mm256_permute2f128_pd(t1, t3, 0x20));
+            _mm256_storeu_pd(y + (c0 + 2) * y_stride + r0, _mm256_permute2f128_pd(t0, t2, 0x31));
+            _mm256_storeu_pd(y + (c0 + 3) * y_stride + r0, _mm256_permute2f128_pd(t1, t3, 0x31));
+        }
+        for (; c0 < cols; c0++)
+            for (int64_t r = r0; r < r0 + 4; r++)
+                y[c0 * y_stride + r] = x[r * x_stride + c0];
+    }
+    for (; r0 < rows; r0++)
+        for (int64_t c = 0; c < cols; c++)
+            y[c * y_stride + r0] = x[r0 * x_stride + c];
+}
+
 #include "tile_ops_simd_template.h"

@@ -136,4 +136,7 @@ INLINE_DOT_WORD pairs pairs_of_rows(const uint16_t *a, const uint16_t *b, int64_
     return _mm512_or_si512(_mm512_cvtepu16_epi32(low), _mm512_slli_epi32(_mm512_cvtepu16_epi32(high), 16));
 }
 
+/* the packing's transposes (tile_ops.h) */
+#define TRANSPOSE transpose_avx2_f32
+
 #include "tile_ops_simd_template.h"

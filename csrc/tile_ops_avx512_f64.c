@@ -66,4 +66,7 @@ INLINE_TARGET void v_store_first(double *p, tail_mask mask, __m512d x) { _mm512_
 INLINE_TARGET double v_hsum(__m512d x) { return _mm512_reduce_add_pd(x); }
 INLINE_TARGET double v_hmax(__m512d x) { return _mm512_reduce_max_pd(x); }   /* of lanes holding no NaN */
 
+/* the packing's transposes (tile_ops.h) */
+#define TRANSPOSE transpose_avx2_f64
+
 #include "tile_ops_simd_template.h"

@@ -274,4 +274,7 @@ INSTRUCTION pairs pairs_of_rows(const uint16_t *a, const uint16_t *b, int64_t n)
     return x;
 }
 
+/* the packing moves values only: any exact transpose is the real path's */
+#define TRANSPOSE transpose_generic_f32
+
 #include "tile_ops_simd_template.h"

@@ -124,9 +124,18 @@ static void SUFFIX(pv_rows_generic)(const real *p, int64_t p_stride, const real 
                 acc[r * acc_stride + c] += p[r * p_stride + j] * v[j * d_v + c];
 }
 
+void SUFFIX(transpose_generic)(const real *x, int64_t x_stride, int64_t rows, int64_t cols, real *y,
+                               int64_t y_stride)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            y[c * y_stride + r] = x[r * x_stride + c];
+}
+
 const struct SUFFIX(tile_ops) SUFFIX(tile_ops_generic) = {
     .isa = "generic",
     .query_panel = GENERIC_QUERY_PANEL,
+    .transpose = SUFFIX(transpose_generic),
     .qk_tile = SUFFIX(qk_tile_generic),
     .online_softmax = SUFFIX(online_softmax_generic),
     .pv_tile = SUFFIX(pv_tile_generic),

@@ -381,6 +381,7 @@ static TARGET real online_softmax_row(real *s, int64_t keys, real *m, real *l)
 static const struct SUFFIX(tile_ops) narrow_ops = {
     .isa = ISA_NAME,
     .query_panel = (PANEL_VECS - 1) * LANES,
+    .transpose = TRANSPOSE,
     .qk_tile = qk_tile_narrow,
     .online_softmax = online_softmax_narrow,
     .pv_tile = pv_tile_narrow,
@@ -390,6 +391,7 @@ const struct SUFFIX(tile_ops) TILE_OPS = {
     .isa = ISA_NAME,
     .query_panel = QUERY_PANEL,
     .narrow = &narrow_ops,
+    .transpose = TRANSPOSE,
     .qk_tile = qk_tile,
     .online_softmax = online_softmax,
     .pv_tile = pv_tile,
