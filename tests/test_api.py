@@ -12,6 +12,7 @@ import pytest
 import kernels
 from kernels import api, harness
 from kernels.api import ExtensionNotBuilt, check_resources, planned, require_memory
+from kernels.band import Band
 from kernels.memory import format_bytes
 from kernels.reference import reference_attention
 
@@ -278,6 +279,38 @@ def test_a_repeated_call_is_checked_once_and_gives_the_same_result(plans, monkey
                                reference_attention(*shifted, causal=True), rtol=0, atol=1e-5)
     with pytest.raises(AssertionError, match="checked again"):  # another signature: checked
         kernels.attention(q, k, v, kernel="c_tiled")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape_q, kv_heads, options", [
+    ((2, 3, 16, 8), 3, {"causal": True}),
+    ((1, 64, 64), 1, {}),
+    ((2, 4, 9, 12), 2, {"window": (3, 1), "sinks": 1}),   # grouped heads, a band
+    ((6, 5, 16), 3, {"scale": 0.25}),
+])
+def test_a_plans_step_gives_the_rungs_bits(plans, dtype, shape_q, kv_heads, options):
+    """c_tiled's plans call the C entry point through a step worked out once for their
+    signature (rung4_c_tiled.call_step): its result is the rung's run's, bit for bit."""
+    *lead, n_q, d = shape_q
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal(shape_q).astype(dtype)
+    k, v = (rng.standard_normal((*lead[:-1], kv_heads, 11, d)).astype(dtype) for _ in range(2))
+    for _ in range(2):   # the plan's first call, then its step again
+        got = kernels.attention(q, k, v, kernel="c_tiled", **options)
+    (plan,) = plans.values()
+    assert plan.step is not None
+    band = Band.of(options.get("causal", False), options.get("window"), options.get("sinks", 0))
+    expected = np.empty((q.size // (n_q * d), n_q, d), dtype)
+    kernels.KERNELS["c_tiled"].implementation.run(q.reshape(-1, n_q, d), k.reshape(-1, 11, d), v.reshape(-1, 11, d), expected, band.causal,
+                api.checked_scale(options.get("scale"), d), band=band)
+    assert np.array_equal(got, expected.reshape(got.shape))
+
+
+def test_a_replaced_run_takes_over_from_the_plans_step(plans, monkeypatch):
+    q, k, v = qkv((1, 8, 8), n_k=8, dtype=np.float32)
+    kernels.attention(q, k, v, kernel="c_tiled")
+    monkeypatch.setattr(kernels.KERNELS["c_tiled"].implementation, "run", lambda q, k, v, out, causal, scale, band=None, n_k=None: out.fill(0.0))
+    assert not kernels.attention(q, k, v, kernel="c_tiled").any()
 
 
 def test_another_layout_of_the_same_shape_has_a_plan_of_its_own(plans):
