@@ -47,10 +47,14 @@
 static size_t cache_lines(size_t bytes) { return (size_t)round_up((int64_t)bytes, CACHE_LINE); }
 
 /* Each thread's query-tile scratch (flash_driver_template.h, scratch_alloc), kept from one
-   call to the next and freed when the thread ends: its largest call's, a few hundred KB at
-   most (QUERY_TILE rows). Allocated and freed per call, it cost a tiny call a tenth of its
-   time (one head, n = 64, 2 threads: the helper's aligned_alloc and the frees, ~2,000 of
-   18,700 cycles). A thread runs one call's tasks at a time, so one block serves them all. */
+   call to the next and freed when the thread ends. Allocated and freed per call, it cost a
+   tiny call a tenth of its time (one head, n = 64, 2 threads: the helper's aligned_alloc
+   and the frees, ~2,000 of 18,700 cycles). A thread runs one call's tasks at a time, so one
+   block serves them all. It grows to a call's need; a block above KEPT_SCRATCH_BYTES (d = 64
+   needs ~400 KB at QUERY_TILE rows; a head dimension in the thousands, megabytes) is
+   replaced by the next call that needs less, so that a thread keeps no more than that
+   after its large calls. */
+#define KEPT_SCRATCH_BYTES (1u << 20)
 struct kept_scratch {
     void *block;
     size_t bytes;
@@ -85,7 +89,7 @@ static void *thread_scratch(size_t bytes)
             return NULL;
         }
     }
-    if (kept->bytes < bytes) {
+    if (kept->bytes < bytes || (kept->bytes > KEPT_SCRATCH_BYTES && bytes <= KEPT_SCRATCH_BYTES)) {
         free(kept->block);
         kept->block = aligned_alloc(CACHE_LINE, bytes);
         kept->bytes = kept->block ? bytes : 0;

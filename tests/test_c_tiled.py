@@ -8,6 +8,7 @@ import pytest
 from kernels import ceilings, harness
 from kernels.band import Band
 from kernels.dtypes import HALF
+from kernels.reference import reference_attention
 from kernels.rungs import rung4_c_tiled as c_tiled
 
 
@@ -99,3 +100,18 @@ def test_a_rows_result_does_not_depend_on_the_rows_called_with_it(isa, dtype):
         c_tiled.run(np.ascontiguousarray(q[:, r0:end]), np.ascontiguousarray(k[:, :end]),
                     np.ascontiguousarray(v[:, :end]), part, True, 0.125)
         assert np.array_equal(part, whole[:, r0:end]), (r0, rows)
+
+
+def test_calls_of_any_size_in_turn_share_each_threads_kept_scratch():
+    """Each thread keeps its tile scratch from call to call (attention.c, thread_scratch):
+    grown for a head dimension of 2,048 (megabytes), replaced by the next smaller call's,
+    grown again; every result the reference's."""
+    rng = np.random.default_rng(5)
+    for d in (2048, 64, 2048, 16):
+        q, k, v = (rng.standard_normal((2, 40, d)).astype(np.float32) for _ in range(3))
+        out = np.empty_like(q)
+        c_tiled.run(q, k, v, out, True, d ** -0.5)
+        expected = reference_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), causal=True)
+        # float32: each score sums d products of unit normals (its rounding error grows as
+        # sqrt(d) ulp of its size), the output a convex blend of V rows of unit size
+        np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5 * np.sqrt(d))
