@@ -58,7 +58,8 @@
      mask the scores outside the band (−inf)        mask_band
      m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax
      alpha = exp(m − m_new), l = alpha · l + rowsum P
-     O = alpha · O + P V  (V packed by pack_v)      pv_tile
+     O = alpha · O + P V  (V packed by pack_v, or   pv_tile
+       read in place by a tile of few rows)
    and finally out = O / l, each row rounded to the output's type as it is stored
    (store_row). Nothing larger than a tile is ever stored, and Sᵀ only for one panel of
    queries at a time.

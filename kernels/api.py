@@ -308,8 +308,10 @@ def _signature(q, k, v, kernel, band, scale, rounded, held):
 @dataclass(frozen=True)
 class Plan:
     """What the checks decided for one call signature: the flattened shapes (B, n, ·) of
-    q, k and v, which of them the kernel needs copied, the output's buffer type, and the
-    bytes the call needs (output, copies, workspace)."""
+    q, k and v, which of them the kernel needs copied, the output's buffer type, the
+    bytes the call needs (output, copies, workspace), and for a rung with ``call_step``
+    (c_tiled) on arrays it reads as they are, its step: the C call with every argument but
+    the arrays' addresses worked out once."""
 
     problem: Problem
     kernel: object          # the registry's Kernel
