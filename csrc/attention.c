@@ -20,14 +20,15 @@
    earlier 2-core Zen 3 VM, AVX2 only, with the tile's whole Sᵀ stored between the steps,
    264 × 128 was best: 72 / 68 GFLOP/s float32, 30 / 30 float64.)
 
-   V read in place or packed (V_IN_PLACE_ROWS, tiles.h): a V tile is packed once per query
-   tile, as many element copies as one query row's products, so a small query tile spends
-   on it what it spends on a good share of its P·V. Read in place, pv_tile broadcasts from
-   rows d_v apart. The C entry point, float32, d = 64, full, in place against packed (the
-   same bits), medians of 40 alternating 20 ms rounds, the Xeon above, AVX-512: query tiles
-   of 32 rows (one head, n = 64, 2 threads) 1.07×, 48 (n = 256) 1.08×, 144 (n = 1024)
-   1.03×, 288 (n = 2048) 1.01×, 528 (two heads, n = 1024 and 2048, one thread; one head,
-   n = 4096, 2 threads) 0.99-1.00×: tiles of up to 288 rows read V in place. */
+   K and V read in place or packed (KV_IN_PLACE_ROWS, tiles.h): a K or V tile is packed once
+   per query tile, as many element copies as one query row's products, so a small query
+   tile spends on it what it spends on a good share of its products. Read in place, qk_tile
+   and pv_tile broadcast from rows d and d_v apart. The C entry point, float32, d = 64,
+   full, in place against packed (the same bits), medians of 40 alternating 20 ms rounds,
+   the Xeon above, AVX-512. V: query tiles of 32 rows (one head, n = 64, 2 threads) 1.07×,
+   48 (n = 256) 1.08×, 144 (n = 1024) 1.03×, 288 (n = 2048) 1.01×, 528 (two heads, n = 1024
+   and 2048, one thread; one head, n = 4096, 2 threads) 0.99-1.00×. K then too: n = 64
+   1.09-1.12× (AVX2 1.06×), n = 256 1.15×. Tiles of up to 288 rows read them in place. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>

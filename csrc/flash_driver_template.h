@@ -54,7 +54,8 @@
 
    For every (head, query tile) and every key tile the query tile can see
    (tiles are stored transposed, in panels of queries: see tile_ops.h):
-     Sᵀ = scale · K Qᵀ  (K packed by pack_k)        qk_tile
+     Sᵀ = scale · K Qᵀ  (K packed by pack_k, or     qk_tile
+       read in place by a tile of few rows)
      mask the scores outside the band (−inf)        mask_band
      m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax
      alpha = exp(m − m_new), l = alpha · l + rowsum P
@@ -104,12 +105,12 @@
 #else
 #define KV_UNPACKED 0
 #endif
-/* V's rows are real as they lie (neither converted nor paired): pv_tile can read them in
-   place (struct tile_loop's v_in_place) */
+/* K's and V's rows are real as they lie (neither converted nor paired): qk_tile and pv_tile
+   can read them in place (struct tile_loop's k_in_place, v_in_place) */
 #if !PAIRED && !KV_STAGED && !defined(KV_ELEM_TO_REAL)
-#define V_READ_IN_PLACE 1
+#define KV_READ_IN_PLACE 1
 #else
-#define V_READ_IN_PLACE 0
+#define KV_READ_IN_PLACE 0
 #endif
 /* the packed tiles' element type: real, or two bfloat16 in one word (PAIRED) */
 #if PAIRED
@@ -177,7 +178,7 @@ struct SUFFIX(scratch) {
     int32_t *first, *visible, *panel_keys, *panel_first;   /* count_visible's */
     const kv_elem *packed_head;           /* kp and vp hold this K/V head's (its K rows) keys ... */
     int64_t packed_j0, packed_keys;       /* ... [packed_j0, + packed_keys) (walk_keys) */
-    int v_in_place;                       /* vp is not used: pv_tile reads V's rows (tile_loop's) */
+    int k_in_place, v_in_place;           /* kp, vp not used: the tile ops read K's, V's rows (tile_loop's) */
     void *block;
 };
 
@@ -494,7 +495,8 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
             SUFFIX(pack_k)(ops, k + j0 * d, keys, d, sc->kp);
             SUFFIX(pack_v)(v + j0 * d_v, keys, d_v, sc->vp);
 #else
-            SUFFIX(pack_k)(ops, SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
+            if (!sc->k_in_place)
+                SUFFIX(pack_k)(ops, SUFFIX(kv_as_real)(k, kv->k_scale, j0, keys, d, sc->staging), keys, d, sc->kp);
             if (!sc->v_in_place)
                 SUFFIX(pack_v)(SUFFIX(kv_as_real)(v, kv->v_scale, j0, keys, d_v, sc->staging), keys, d_v, sc->vp);
 #endif
@@ -522,7 +524,19 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
             const int32_t *panel_keys = sc->panel_keys + r0 / panel;
             if (*panel_keys == 0)
                 continue;
+#if PAIRED
             ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st, KEY_CAP);
+#elif KV_READ_IN_PLACE
+            if (sc->k_in_place)
+                ops->qk_tile(k + j0 * d, d, 1, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale,
+                             sc->st, KEY_CAP);
+            else
+                ops->qk_tile(sc->kp, 1, KEY_BLOCK, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale,
+                             sc->st, KEY_CAP);
+#else
+            ops->qk_tile(sc->kp, 1, KEY_BLOCK, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st,
+                         KEY_CAP);
+#endif
             if (masked)
                 SUFFIX(mask_band)(sc->st, sc->first + r0, sc->visible + r0, panel_keys, panel, panel);
             ops->online_softmax(sc->st, KEY_CAP, panel_keys, panel, sc->m + r0, sc->l + r0,
@@ -536,7 +550,7 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
             ops->pack_p(sc->st, *panel_keys, sc->pt);   /* Pᵀ in bfloat16 pairs of keys */
             ops->pv_tile(sc->pt, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
                          sc->ot + r0 * dv_pad);
-#elif V_READ_IN_PLACE
+#elif KV_READ_IN_PLACE
             if (sc->v_in_place)
                 ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, v + j0 * d_v, d_v, COL_BLOCK,
                              d_v, panel, sc->ot + r0 * dv_pad);
@@ -941,7 +955,7 @@ struct SUFFIX(tile_loop) {
     struct SUFFIX(kv) kv;
     void *out;
     int64_t batch, tiles, query_tile;
-    int v_in_place;   /* pv_tile reads V's rows where they lie, unpacked (SUFFIX(forward)) */
+    int k_in_place, v_in_place;   /* qk_tile, pv_tile read K's, V's rows where they lie (SUFFIX(forward)) */
     struct SUFFIX(scratch) *scratch;   /* one per worker, carved on its first task (scratch_alloc) */
     atomic_int failed;
 };
@@ -953,6 +967,7 @@ static void SUFFIX(query_tile_task)(void *context, int64_t w, int32_t worker)
     struct SUFFIX(scratch) *sc = &loop->scratch[worker];
     if (!sc->block)
         SUFFIX(scratch_alloc)(sc, sh, loop->ops, loop->query_tile);
+    sc->k_in_place = loop->k_in_place;
     sc->v_in_place = loop->v_in_place;
     if (!sc->block) {
         atomic_store(&loop->failed, 1);
@@ -1030,10 +1045,14 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
     struct SUFFIX(tile_loop) loop = {
         .ops = tile_ops, .sh = &sh, .scale = scale, .q = q, .kv = *kv, .out = out,
         .batch = batch, .tiles = ceil_div(rows, query_tile), .query_tile = query_tile,
-        /* A tile of few query rows would pack each V row for as few products; read in place,
-           its rows lie d_v apart. Not across a window's left edge, whose keys a query leaves
-           out are checked for finite values in the packed tile (finite_keys). */
-        .v_in_place = V_READ_IN_PLACE && !sh.windowed && d_v % COL_BLOCK == 0 && query_tile <= V_IN_PLACE_ROWS,
+        /* A tile of few query rows would pack each K and V row for as few products; read in
+           place, their rows lie d and d_v apart. Not across a window's left edge: its key
+           tiles start anywhere, and the micro-kernels read whole blocks of KEY_BLOCK keys
+           from a tile's start (past its last key, which must exist: n_k a multiple of it);
+           and its left-out keys' values are checked for finite ones in the packed V tile
+           (finite_keys). */
+        .k_in_place = KV_READ_IN_PLACE && !sh.windowed && n_k % KEY_BLOCK == 0 && query_tile <= KV_IN_PLACE_ROWS,
+        .v_in_place = KV_READ_IN_PLACE && !sh.windowed && d_v % COL_BLOCK == 0 && query_tile <= KV_IN_PLACE_ROWS,
         .scratch = calloc((size_t)threads, sizeof(struct SUFFIX(scratch))),
     };
     if (!loop.scratch)
@@ -1057,4 +1076,4 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
 #undef packed_from
 #undef PACKED_VALUE
 #undef KV_TILE_STAGED
-#undef V_READ_IN_PLACE
+#undef KV_READ_IN_PLACE

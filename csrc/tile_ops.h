@@ -15,7 +15,9 @@
                                                         dv_pad = d_v rounded up to COL_BLOCK
                                                         (extra rows are scratch, never read)
      kp (key_cap / KEY_BLOCK, d, KEY_BLOCK)             the K tile in blocks of KEY_BLOCK
-                                                        keys side by side (key-minor)
+                                                        keys side by side (key-minor); or
+                                                        K's rows in place (a query tile of
+                                                        few rows: qk_tile's k_key, k_col)
      vp (dv_pad / COL_BLOCK, key_cap, COL_BLOCK)        the V tile in blocks of COL_BLOCK
                                                         columns, each block contiguous; or
                                                         V's rows in place (a query tile of
@@ -267,9 +269,12 @@ struct tile_ops_f32 {
     /* y[c · y_stride + r] = x[r · x_stride + c] for r < rows, c < cols: how the driver packs
        Qᵀ and K (pack_qt, pack_k); the narrow operations have it too */
     void (*transpose)(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride);
-    /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ from the packed kp, panel p only for its
-       panel_keys[p] keys (rounded up to the ISA's micro-kernel: rows past them are scratch) */
-    void (*qk_tile)(const float *kp, const int32_t *panel_keys, const float *qt,
+    /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ, panel p only for its panel_keys[p] keys
+       (rounded up to the ISA's micro-kernel: rows past them are scratch, their keys read),
+       column p of key j at kp[j / KEY_BLOCK · KEY_BLOCK · d + j % KEY_BLOCK · k_key + p ·
+       k_col]: packed (pack_k: k_key = 1, k_col = KEY_BLOCK), or K's rows in place (k_key =
+       d, k_col = 1) */
+    void (*qk_tile)(const float *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys, const float *qt,
                     int64_t rows_pad, int64_t d, float scale, float *st, int64_t key_cap);
     /* per query: m_new = max(m, column max of Sᵀ), Pᵀ = exp(Sᵀ − m_new),
        alpha = exp(m − m_new), l = alpha · l + column sum of Pᵀ, m = m_new
@@ -306,7 +311,7 @@ struct tile_ops_f64 {
     int64_t query_panel;
     const struct tile_ops_f64 *narrow;   /* as tile_ops_f32's */
     void (*transpose)(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y, int64_t y_stride);
-    void (*qk_tile)(const double *kp, const int32_t *panel_keys, const double *qt,
+    void (*qk_tile)(const double *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys, const double *qt,
                     int64_t rows_pad, int64_t d, double scale, double *st, int64_t key_cap);
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, double *m, double *l, double *alpha);

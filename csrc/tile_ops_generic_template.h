@@ -5,21 +5,21 @@
 
 #define GENERIC_QUERY_PANEL 8
 
-/* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ (d, rows_pad), K packed (tile_ops.h) */
-static void SUFFIX(qk_tile_generic)(const real *kp, const int32_t *panel_keys, const real *qt,
-                                    int64_t rows_pad, int64_t d, real scale, real *st,
+/* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ (d, rows_pad), K packed or in place (tile_ops.h) */
+static void SUFFIX(qk_tile_generic)(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
+                                    const real *qt, int64_t rows_pad, int64_t d, real scale, real *st,
                                     int64_t key_cap)
 {
     for (int64_t r0 = 0; r0 < rows_pad; r0 += GENERIC_QUERY_PANEL) {
         const real *panel = qt + r0 * d;                 /* (d, GENERIC_QUERY_PANEL) */
         for (int64_t j = 0; j < panel_keys[r0 / GENERIC_QUERY_PANEL]; j++) {
-            const real *kj = kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK;   /* kj[p * KEY_BLOCK] */
+            const real *kj = kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK * k_key;   /* kj[p * k_col] */
             /* Summed in double: without FMA each float32 product would be rounded before the
                add, and with large logits the score error is what the output error is made of. */
             double acc[GENERIC_QUERY_PANEL] = {0};
             for (int64_t p = 0; p < d; p++)
                 for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++)
-                    acc[lane] += (double)kj[p * KEY_BLOCK] * panel[p * GENERIC_QUERY_PANEL + lane];
+                    acc[lane] += (double)kj[p * k_col] * panel[p * GENERIC_QUERY_PANEL + lane];
             for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++)
                 st[r0 * key_cap + j * GENERIC_QUERY_PANEL + lane] = (real)(scale * acc[lane]);
         }

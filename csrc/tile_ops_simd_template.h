@@ -88,9 +88,10 @@ INLINE_TARGET vec v_exp(vec x)
    arithmetic does not depend on the width: both give the same bits. */
 
 /* Sᵀ (MICRO_KEYS, panel) = scale · K (MICRO_KEYS keys, d) · Qᵀ panel (d, panel), panel =
-   vecs · LANES, with kp those keys in a packed block: column p of key i at kp[p · KEY_BLOCK
-   + i]; per step vecs loads, MICRO_KEYS broadcasts, MICRO_KEYS · vecs FMAs */
-INLINE_TARGET void qk_micro(const real *kp, const real *qt, int64_t d, real scale, real *st, const int vecs)
+   vecs · LANES, column p of key i at kp[p · k_col + i · k_key] (a packed block, or K's rows
+   in place: tile_ops.h); per step vecs loads, MICRO_KEYS broadcasts, MICRO_KEYS · vecs FMAs */
+INLINE_TARGET void qk_micro(const real *kp, int64_t k_key, int64_t k_col, const real *qt, int64_t d, real scale,
+                            real *st, const int vecs)
 {
     const int64_t panel = vecs * LANES;
     vec acc[MICRO_KEYS][PANEL_VECS];
@@ -106,7 +107,7 @@ INLINE_TARGET void qk_micro(const real *kp, const real *qt, int64_t d, real scal
             b[c] = V(load)(qt + p * panel + LANES * c);
         UNROLL
         for (int i = 0; i < MICRO_KEYS; i++) {
-            const vec a = V_BROADCAST(kp + p * KEY_BLOCK + i);
+            const vec a = V_BROADCAST(kp + p * k_col + i * k_key);
             UNROLL
             for (int c = 0; c < vecs; c++)
                 acc[i][c] = V(fmadd)(a, b[c], acc[i][c]);
@@ -120,27 +121,41 @@ INLINE_TARGET void qk_micro(const real *kp, const real *qt, int64_t d, real scal
             V(store)(st + i * panel + LANES * c, V(mul)(vscale, acc[i][c]));
 }
 
-INLINE_TARGET void qk_tile_of(const real *kp, const int32_t *panel_keys, const real *qt, int64_t rows_pad,
-                              int64_t d, real scale, real *st, int64_t key_cap, const int vecs)
+INLINE_TARGET void qk_tile_of(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
+                              const real *qt, int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap,
+                              const int vecs)
 {
     const int64_t panel = vecs * LANES;
     /* Panel outer: one Qᵀ panel (d × panel) stays in L1 while the tile's keys stream past it. */
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel)
         for (int64_t j = 0; j < panel_keys[r0 / panel]; j += MICRO_KEYS)
-            qk_micro(kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK, qt + r0 * d, d, scale,
-                     st + r0 * key_cap + j * panel, vecs);
+            qk_micro(kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK * k_key, k_key, k_col, qt + r0 * d, d,
+                     scale, st + r0 * key_cap + j * panel, vecs);
 }
 
-static TARGET void qk_tile(const real *kp, const int32_t *panel_keys, const real *qt,
-                           int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap)
+/* A packed tile's strides as constants, so that its micro-kernel addresses a block's keys
+   from one pointer (with them passed as variables the large calls ran 3% slower) */
+INLINE_TARGET void qk_tile_strided(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
+                                   const real *qt, int64_t rows_pad, int64_t d, real scale, real *st,
+                                   int64_t key_cap, const int vecs)
 {
-    qk_tile_of(kp, panel_keys, qt, rows_pad, d, scale, st, key_cap, PANEL_VECS);
+    if (k_key == 1 && k_col == KEY_BLOCK)
+        qk_tile_of(kp, 1, KEY_BLOCK, panel_keys, qt, rows_pad, d, scale, st, key_cap, vecs);
+    else
+        qk_tile_of(kp, k_key, k_col, panel_keys, qt, rows_pad, d, scale, st, key_cap, vecs);
 }
 
-static TARGET void qk_tile_narrow(const real *kp, const int32_t *panel_keys, const real *qt,
-                                  int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap)
+static TARGET void qk_tile(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
+                           const real *qt, int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap)
 {
-    qk_tile_of(kp, panel_keys, qt, rows_pad, d, scale, st, key_cap, PANEL_VECS - 1);
+    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, scale, st, key_cap, PANEL_VECS);
+}
+
+static TARGET void qk_tile_narrow(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
+                                  const real *qt, int64_t rows_pad, int64_t d, real scale, real *st,
+                                  int64_t key_cap)
+{
+    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, scale, st, key_cap, PANEL_VECS - 1);
 }
 
 /* P as the products take it: as computed, or, for the bfloat16 dot products (round_bf16),

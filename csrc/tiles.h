@@ -30,11 +30,11 @@
 #define DECODE_MAX_QUERIES 4
 #endif
 
-/* Query tiles of at most this many rows read V's rows in place rather than packed (float32
-   and float64, d_v a multiple of 8, no window's left edge): measured in attention.c's
-   header comment. */
-#ifndef V_IN_PLACE_ROWS
-#define V_IN_PLACE_ROWS 288
+/* Query tiles of at most this many rows read K's and V's rows in place rather than packed
+   (float32 and float64; K: n_k a multiple of 8; V: d_v a multiple of 8, no window's left
+   edge): measured in attention.c's header comment. */
+#ifndef KV_IN_PLACE_ROWS
+#define KV_IN_PLACE_ROWS 288
 #endif
 
 #endif
