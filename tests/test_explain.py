@@ -227,6 +227,20 @@ def test_section_7_says_when_the_timings_were_measured_under_load(monkeypatch, t
         assert row[2].endswith(f"±{attention.relative_spread / 2:.0%}")
 
 
+def test_a_size_the_scheduler_did_not_count_leaves_the_others_load_in_force(monkeypatch, tmp_path,
+                                                                           small_retrieval):
+    """A timing shorter than the scheduler's accounting of it leaves its counters unmoved (a
+    share of NaN): the sizes that were measured still decide whether the page says "under
+    load" (found under load: one size unmeasured, the others at 30-49%, and no notice)."""
+    result, cost = small_retrieval
+    cost = dataclasses.replace(cost, cpu_share=np.array([np.nan, 0.62]))
+    monkeypatch.setattr(explain, "soft_vs_hard", lambda **_: result)
+    monkeypatch.setattr(explain, "retrieval_cost", lambda **_: cost)
+    text = explain._retrieval_section(tmp_path, "c_tiled", 0)
+    assert LOAD_NOTICE in text
+    assert "had a core 62% of the time they were ready to run (measured at 1 of 2 sizes" in text
+
+
 def test_window_example_loses_the_fact_behind_a_window_and_sinks_give_it_back(own_kernel_name):
     """The fact is 61 tokens back: found at low temperature with every token in view, weight
     exactly 0 behind a window of 16 (masked, not merely small), found again as a sink; the

@@ -359,14 +359,14 @@ def _timing_text(cost):
     how = (f"Each figure is the median of {cost.repeats} timed batches of {cost.n_queries} queries, ± half "
            f"their interquartile range as a share of it; \"had a core\" is the share of the time they were "
            f"ready to run that the process's threads spent on a core while that row was timed.")
-    if not cost.load_known:
-        return f"{how} While they were timed, {load_text(cost)}: whether other work slowed them is not known."
-    if cost.under_load:
+    if cost.under_load:   # (at any size measured, whether or not every size was)
         return (f"**Measured under load: these are not the costs of a lookup and of attention.** While they "
                 f"were timed, {load_text(cost)}; the rest of that time other work held the cores. A call that "
                 f"queues for a core, or waits for one of its threads that does, takes longer by a factor the "
                 f"load sets and that changes from run to run. Run `python -m kernels explain` on an idle "
                 f"machine for the cost of the code.\n\n{how}")
+    if not cost.load_known:
+        return f"{how} While they were timed, {load_text(cost)}: whether other work slowed them is not known."
     return (f"{how} While they were timed, {load_text(cost)}: the figures are the code's cost on this "
             f"machine, within their spread.")
 

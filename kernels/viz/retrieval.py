@@ -184,11 +184,16 @@ def load_text(cost):
     """How much of the time its threads were ready to run the process had a core while
     ``cost`` was timed, one clause: "the process's threads had a core 31%–41% of the time
     they were ready to run, below the 90% under which figures count as measured under load"."""
-    if not cost.load_known:
+    known = cost.cpu_share[np.isfinite(cost.cpu_share)]
+    if known.size == 0:
         return ("how long the process's threads queued for a core is unknown (this system has no "
                 "Linux /proc/self/task/*/schedstat)")
-    least, most = cost.cpu_share.min(), cost.cpu_share.max()
+    least, most = known.min(), known.max()
     shares = f"{least:.0%}" if f"{least:.0%}" == f"{most:.0%}" else f"{least:.0%}–{most:.0%}"
     against = "below" if cost.under_load else "at or above"
-    return (f"the process's threads had a core {shares} of the time they were ready to run, {against} the "
-            f"{LOADED_BELOW:.0%} under which figures count as measured under load")
+    # a timing shorter than the scheduler's accounting of it leaves its counters unmoved
+    unmeasured = ("" if known.size == cost.cpu_share.size else
+                  f" (measured at {known.size} of {cost.cpu_share.size} sizes: at the others the timing "
+                  f"ended before the scheduler counted it)")
+    return (f"the process's threads had a core {shares} of the time they were ready to run{unmeasured}, "
+            f"{against} the {LOADED_BELOW:.0%} under which figures count as measured under load")
