@@ -110,7 +110,8 @@ INLINE_TARGET __m256 load_row_q8(const int8_t *p)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-/* the packing's transposes (tile_ops.h): 8 rows of 8 in three rounds of shuffles */
+/* the packing's transposes (tile_ops.h): 8 rows of 8 in three rounds of shuffles, the edges by
+   transpose_generic_f32 */
 #define TRANSPOSE transpose_avx2_f32
 TARGET void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride)
 {
@@ -136,13 +137,11 @@ TARGET void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, i
                 _mm256_storeu_ps(y + (c0 + i + 4) * y_stride + r0, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
             }
         }
-        for (; c0 < cols; c0++)
-            for (int64_t r = r0; r < r0 + 8; r++)
-                y[c0 * y_stride + r] = x[r * x_stride + c0];
+        if (c0 < cols)
+            transpose_generic_f32(x + r0 * x_stride + c0, x_stride, 8, cols - c0, y + c0 * y_stride + r0, y_stride);
     }
-    for (; r0 < rows; r0++)
-        for (int64_t c = 0; c < cols; c++)
-            y[c * y_stride + r0] = x[r0 * x_stride + c];
+    if (r0 < rows)
+        transpose_generic_f32(x + r0 * x_stride, x_stride, rows - r0, cols, y + r0, y_stride);
 }
 
 #include "tile_ops_simd_template.h"

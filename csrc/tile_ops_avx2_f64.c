@@ -77,7 +77,8 @@ INLINE_TARGET double v_hmax(__m256d x)
     return _mm_cvtsd_f64(_mm_max_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-/* the packing's transposes (tile_ops.h): 4 rows of 4 in two rounds of shuffles */
+/* the packing's transposes (tile_ops.h): 4 rows of 4 in two rounds of shuffles, the edges by
+   transpose_generic_f64 */
 #define TRANSPOSE transpose_avx2_f64
 TARGET void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y,
                                int64_t y_stride)
@@ -97,13 +98,11 @@ TARGET void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, 
             _mm256_storeu_pd(y + (c0 + 2) * y_stride + r0, _mm256_permute2f128_pd(t0, t2, 0x31));
             _mm256_storeu_pd(y + (c0 + 3) * y_stride + r0, _mm256_permute2f128_pd(t1, t3, 0x31));
         }
-        for (; c0 < cols; c0++)
-            for (int64_t r = r0; r < r0 + 4; r++)
-                y[c0 * y_stride + r] = x[r * x_stride + c0];
+        if (c0 < cols)
+            transpose_generic_f64(x + r0 * x_stride + c0, x_stride, 4, cols - c0, y + c0 * y_stride + r0, y_stride);
     }
-    for (; r0 < rows; r0++)
-        for (int64_t c = 0; c < cols; c++)
-            y[c * y_stride + r0] = x[r0 * x_stride + c];
+    if (r0 < rows)
+        transpose_generic_f64(x + r0 * x_stride, x_stride, rows - r0, cols, y + r0, y_stride);
 }
 
 #include "tile_ops_simd_template.h"
