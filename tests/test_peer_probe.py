@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -162,3 +163,35 @@ def test_the_benchmarks_time_a_peer_that_fails_the_harness(bench_modules, roundi
     multi_head = bench_modules["bench_attention"].MultiHead()
     multi_head.setup(rounding_peer, 64, dtype, True)
     multi_head.time_attention(rounding_peer, 64, dtype, True)
+
+
+def test_a_cache_held_in_l3_is_timed_over_several_placements(bench_modules, rounding_peer, monkeypatch):
+    """PeerSpeedup spreads a PEER_PLACEMENTS shape's rounds over that many placements: each
+    share with both sides made anew (our KV cache, the peer's prepared call), every earlier
+    cache still alive when the next is made, so that it lands elsewhere (a step over a cache
+    in L3 runs at a speed that depends on where its buffers lie: bench_spec)."""
+    module = bench_modules["bench_peers"]
+    monkeypatch.setitem(bench_spec.PEER_ROUNDS, "short_decode", 6)
+    monkeypatch.setitem(bench_spec.PEER_PLACEMENTS, "short_decode", 3)
+    monkeypatch.setattr(bench_spec, "CALL_COST_CACHE", 64)
+    monkeypatch.setattr(bench_spec, "PEER_SETTLE_SECONDS", 0.001)
+    caches, alive_at_each, prepared = [], [], []
+
+    class RecordedCache(kernels.KVCache):
+        def __init__(self, *args, **kwargs):
+            alive_at_each.append(sum(cache() is not None for cache in caches))
+            super().__init__(*args, **kwargs)
+            caches.append(weakref.ref(self))
+
+    monkeypatch.setattr(module.kernels, "KVCache", RecordedCache)
+    peer_call = module.peer_call
+    monkeypatch.setattr(module, "peer_call", lambda *args, **kwargs: prepared.append(args) or peer_call(*args, **kwargs))
+    params = (rounding_peer, "c_tiled", "short_decode", 1, "float32")
+    speedup = module.PeerSpeedup()
+    try:
+        speedup.setup(*params)
+        ratios = speedup.track_speedup(*params)
+    finally:
+        speedup.teardown(*params)
+    assert len(ratios["samples"]) == 6 and all(np.isfinite(r) and r > 0 for r in ratios["samples"]), ratios
+    assert alive_at_each == [0, 1, 2] and len(prepared) == 3

@@ -270,7 +270,8 @@ GOALS = (
          _over(spec.PEER, "c_tiled", "tiny", spec.DECODE_DTYPE), 1.5, True,
          "a call this small should not wake a thread pool: a fixed cost of microseconds"),
     Goal(f"one query over {spec.CALL_COST_CACHE:,} cached tokens (in L3): c_tiled through KVCache.attend, "
-         "speed over torch_sdpa called directly, all threads, " + SIDE_BY_SIDE,
+         "speed over torch_sdpa called directly, all threads, " + SIDE_BY_SIDE
+         + f", both sides' arrays in {spec.PEER_PLACEMENTS['short_decode']} placements",
          _over("torch_sdpa", "c_tiled", "short_decode", spec.DECODE_DTYPE), 1.1, True,
          "a short context's step is partly fixed cost: ours must be the smaller"),
     *(Goal(f"{kernel}: {CALL_COST_WORDS[shape]}, ÷ the rung's own run, " + SIDE_BY_SIDE,
