@@ -152,13 +152,7 @@ def test_the_benchmarks_time_a_peer_that_fails_the_harness(bench_modules, roundi
     assert kernels.KERNELS[rounding_peer].refusal(dtype)
     monkeypatch.setattr(bench_spec, "HEADLINE_SEQ_LEN", 64)
     monkeypatch.setitem(bench_spec.PEER_ROUNDS, "full", 3)
-    speedup = bench_modules["bench_peers"].PeerSpeedup()
-    params = (rounding_peer, bench_spec.HALF_PEER_KERNEL, "full", 1, dtype)
-    try:
-        speedup.setup(*params)
-        ratios = speedup.track_speedup(*params)
-    finally:
-        speedup.teardown(*params)
+    ratios = _track_speedup(bench_modules, (rounding_peer, bench_spec.HALF_PEER_KERNEL, "full", 1, dtype))
     assert len(ratios["samples"]) == 3 and all(np.isfinite(r) and r > 0 for r in ratios["samples"]), ratios
     multi_head = bench_modules["bench_attention"].MultiHead()
     multi_head.setup(rounding_peer, 64, dtype, True)
@@ -186,12 +180,16 @@ def test_a_cache_held_in_l3_is_timed_over_several_placements(bench_modules, roun
     monkeypatch.setattr(module.kernels, "KVCache", RecordedCache)
     peer_call = module.peer_call
     monkeypatch.setattr(module, "peer_call", lambda *args, **kwargs: prepared.append(args) or peer_call(*args, **kwargs))
-    params = (rounding_peer, "c_tiled", "short_decode", 1, "float32")
-    speedup = module.PeerSpeedup()
-    try:
-        speedup.setup(*params)
-        ratios = speedup.track_speedup(*params)
-    finally:
-        speedup.teardown(*params)
+    ratios = _track_speedup(bench_modules, (rounding_peer, "c_tiled", "short_decode", 1, "float32"))
     assert len(ratios["samples"]) == 6 and all(np.isfinite(r) and r > 0 for r in ratios["samples"]), ratios
     assert alive_at_each == [0, 1, 2] and len(prepared) == 3
+
+
+def _track_speedup(bench_modules, params):
+    """PeerSpeedup's samples for ``params``, the budget its setup set put back."""
+    speedup = bench_modules["bench_peers"].PeerSpeedup()
+    try:
+        speedup.setup(*params)
+        return speedup.track_speedup(*params)
+    finally:
+        speedup.teardown(*params)
