@@ -3,22 +3,25 @@
    tiled online-softmax driver in flash_driver_template.h.
 
    Tile sizes (query rows × keys per tile, per thread; defined in tiles.h). Swept with
-   csrc/sweep_tiles.py on the AVX-512 path (1 thread, 2 heads, n = 4096, d = 64, GFLOP/s of
-   thread CPU time full/causal, best of 3 shuffled rounds on a shared 2-core
-   Sapphire-Rapids-class Xeon VM under heavy load from other jobs, so differences below ~10%
-   are noise):
-     float32  192×64 110/109   192×128 107/107   288×128 110/105   384×64 112/106
-              384×128 126/126  384×256 98/95     528×64 107/102    528×128 127/116
-              528×256 114/125  768×128 130/115   768×256 121/107
-     float64  288×128 55/50    384×128 50/44     528×64 50/52      528×128 59/55
-              528×256 60/58    768×128 56/54
-   Large query tiles win: each K and V tile, packed once per query tile (pack_k, pack_v),
-   then serves more queries; at 240 rows packing took ~15% of the time, at 528 ~4% (rdtsc
-   around the phases). 128 keys keep a panel's Sᵀ (48 × 128 float32, 24 KB) in L1 between
-   its three steps, and the packed K and V tiles (32 KB each) in L2. The sizes must be multiples of
-   every ISA's query panel (float32: 48, 24, 8; float64: 24, 12, 8): 528 is. (On the
-   earlier 2-core Zen 3 VM, AVX2 only, with the tile's whole Sᵀ stored between the steps,
-   264 × 128 was best: 72 / 68 GFLOP/s float32, 30 / 30 float64.)
+   csrc/sweep_tiles.py on the AVX-512 path of a shared 2-core Sapphire-Rapids-class Xeon VM
+   (L2 2 MB a core), 1 thread, 8 heads, n = 4096, d = 64: each call timed beside the FMA
+   peak loop, the fraction of the peak full / causal, medians of 12 pairs (quartiles
+   ±0.01-0.02):
+     float32  528×128 0.701/0.668   792×128 0.718/0.679   1056×64 0.726/0.674
+              1056×128 0.719/0.679  1584×128 0.718/0.682
+     float64  528×128 0.651/0.632   1056×128 0.666/0.646
+   (An earlier sweep by best thread CPU time, 192 to 768 rows, moved by ~10% from one moment
+   to the next and chose 528.) Large query tiles win: each K and V tile, packed once per
+   query tile (pack_k, pack_v), then serves more queries; at 240 rows packing took ~15% of
+   the time, at 528 ~3% (rdtsc around the phases), and the K and V rows it reads come from
+   L3 once per query tile (8 heads, whose K and V lie in L3, ran 4-6% below one head of the
+   same rows, whose lie in L2, at 528 rows; 2-3% at 1056). Past 1056 rows nothing more is
+   gained, and the tile's Qᵀ and Oᵀ (270 KB each at d = 64) would outgrow a 1 MB L2. 128
+   keys keep a panel's Sᵀ (48 × 128 float32, 24 KB) in L1 between its three steps, and the
+   packed K and V tiles (32 KB each) in L2. The sizes must be multiples of every ISA's query
+   panel (float32: 48, 24, 8; float64: 24, 12, 8): 1056 is. (On the earlier 2-core Zen 3
+   VM, AVX2 only, with the tile's whole Sᵀ stored between the steps, 264 × 128 was best: 72
+   / 68 GFLOP/s float32, 30 / 30 float64.)
 
    K and V read in place or packed (KV_IN_PLACE_ROWS, tiles.h): a K or V tile is packed once
    per query tile, as many element copies as one query row's products, so a small query
@@ -52,7 +55,8 @@ static size_t cache_lines(size_t bytes) { return (size_t)round_up((int64_t)bytes
    tiny call a tenth of its time (one head, n = 64, 2 threads: the helper's aligned_alloc
    and the frees, ~2,000 of 18,700 cycles). A thread runs one call's tasks at a time, so one
    block serves them all. It grows to a call's need; a block above KEPT_SCRATCH_BYTES (d = 64
-   needs ~400 KB at QUERY_TILE rows; a head dimension in the thousands, megabytes) is
+   needs ~660 KB at QUERY_TILE rows in float32, twice that in float64; a head dimension in
+   the thousands, megabytes) is
    replaced by the next call that needs less, so that a thread keeps no more than that
    after its large calls. */
 #define KEPT_SCRATCH_BYTES (1u << 20)

@@ -4,11 +4,14 @@
 
 Builds csrc/ once per (query tile, key tile) with -DATTN_F32_QUERY_TILE=... (or F64)
 into a temporary directory, then times every build in a fresh process on q, k, v
-(heads, n, 64) at one thread, full and causal.  Builds run in several rounds in shuffled
-order and each keeps its best (thread CPU time), so that other load on the machine perturbs
-the comparison less.  Prints GFLOP/s as kernels.costs counts them (4·n²·d per head, half
-when causal).  The chosen sizes and the figures behind them are recorded at the top of
-csrc/attention.c.
+(heads, n, 64) at one thread, full and causal, each call side by side with the FMA peak
+loop (kernels.ceilings.peak_loop) doing as many flops: per pair of calls, the kernel's
+GFLOP/s as a fraction of the peak's, so that load on a shared machine coming and going
+slows both alike (best-of wall or CPU times moved by 5-10% from one moment to the next,
+more than most tile sizes differ by).  Builds run in several rounds in shuffled order;
+each prints the median of all its pairs' fractions (flops as kernels.costs counts them:
+4·n²·d per head, half when causal).  The chosen sizes and the figures behind them are
+recorded at the top of csrc/attention.c.
 
 Run as a script, its own directory (csrc/) is on sys.path: that is how it imports
 build_attention.
@@ -20,6 +23,7 @@ import math
 import multiprocessing
 import pathlib
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -30,18 +34,19 @@ import numpy as np
 import build_attention
 from kernels import costs, threads
 
-QUERY_TILES = (192, 288, 384, 528, 768)   # multiples of every ISA's panels: 48, 24, 8 (f32); 24, 12, 8 (f64)
+QUERY_TILES = (288, 528, 792, 1056, 1584)   # multiples of every ISA's panels: 48, 24, 8 (f32); 24, 12, 8 (f64)
 KEY_TILES = (64, 128, 256)
 ROUNDS = 4
 HEAD_DIM = 64
-CALLS = 2   # timed calls per build and mask, the fastest kept: the first also touches out's pages
+PAIRS = 4   # (peak, kernel) pairs timed per build, mask and round, each going first in turn
 
 
 def measure(path, dtype, heads, n):
     """Load the extension build at ``path`` as kernels._attention_c and time
-    kernels.rungs.rung4_c_tiled.run on it at one thread: q, k, v (heads, n, HEAD_DIM) of ``dtype``, full
-    and causal, each the best of CALLS calls by thread CPU time.  Returns their GFLOP/s
-    (full, causal).  Needs an interpreter that has not loaded the extension yet (time_build)."""
+    kernels.rungs.rung4_c_tiled.run on it at one thread, q, k, v (heads, n, HEAD_DIM) of
+    ``dtype``, full and causal, each call beside one of the peak loop.  Returns the pairs'
+    fractions of the peak (full list, causal list).  Needs an interpreter that has not
+    loaded the extension yet (time_build)."""
     if build_attention.MODULE_NAME in sys.modules:
         raise RuntimeError(f"{build_attention.MODULE_NAME} is already loaded: "
                            f"measure() needs a fresh interpreter")
@@ -49,26 +54,35 @@ def measure(path, dtype, heads, n):
     extension = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
     sys.modules[loader.name] = extension
     loader.exec_module(extension)
-    from kernels.rungs import rung4_c_tiled as c_tiled   # here, so that it imports the build registered above
+    # here, so that they import the build registered above
+    from kernels import ceilings
+    from kernels.rungs import rung4_c_tiled as c_tiled
 
     threads.set_budget(1)
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((heads, n, HEAD_DIM)).astype(dtype) for _ in range(3))
     out = np.empty_like(q)
-    rates = []
+    fractions = []
     for causal in (False, True):
-        best = math.inf
-        for _ in range(CALLS):
-            start = time.thread_time()
-            c_tiled.run(q, k, v, out, causal, HEAD_DIM ** -0.5)
-            best = min(best, time.thread_time() - start)
-        rates.append(costs.gflops(best, n, n, HEAD_DIM, batch=heads, causal=causal))
-    return tuple(rates)
+        flops = costs.attention_flops(n, n, HEAD_DIM, batch=heads, causal=causal)
+        peak, peak_flops = ceilings.peak_loop(dtype, flops, threads=1)
+        kernel = lambda: c_tiled.run(q, k, v, out, causal, HEAD_DIM ** -0.5)
+        kernel()   # (its first call also touches out's pages)
+        pairs = []
+        for pair in range(PAIRS):
+            seconds = {}
+            for call in (peak, kernel) if pair % 2 == 0 else (kernel, peak):
+                start = time.perf_counter()
+                call()
+                seconds[call] = time.perf_counter() - start
+            pairs.append(seconds[peak] / seconds[kernel] * flops / peak_flops)
+        fractions.append(pairs)
+    return tuple(fractions)
 
 
 def time_build(path, dtype, heads, n):
     """measure() in a fresh (spawned) interpreter, since a process can load only one build
-    under the extension's name; returns its GFLOP/s (full, causal).  As with any spawn, a
+    under the extension's name; returns its fractions of the peak (full, causal).  As with any spawn, a
     calling script needs the ``if __name__ == "__main__"`` guard."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(measure, path, dtype, heads, n).result()
@@ -82,9 +96,9 @@ def main(argv):
     configs = (list(itertools.product(QUERY_TILES, KEY_TILES)) if len(argv) <= 5 else
                [tuple(int(x) for x in pair.split("x")) for pair in argv[5].split(",")])
     prefix = "ATTN_F32" if dtype == "float32" else "ATTN_F64"
-    print(f"{dtype}, {heads} heads, n={n}, d={HEAD_DIM}, 1 thread, best of {rounds} rounds: "
-          f"GFLOP/s full / causal", flush=True)
-    best = {config: (0.0, 0.0) for config in configs}
+    print(f"{dtype}, {heads} heads, n={n}, d={HEAD_DIM}, 1 thread, {rounds} rounds of {PAIRS} pairs: "
+          f"fraction of the FMA peak (median [quartiles]) full / causal", flush=True)
+    pairs = {config: ([], []) for config in configs}
     with tempfile.TemporaryDirectory() as tmp:
         builds = {}
         for query_tile, key_tile in configs:
@@ -95,9 +109,16 @@ def main(argv):
         for _ in range(rounds):
             random.shuffle(configs)
             for config in configs:
-                best[config] = tuple(map(max, best[config], time_build(builds[config], dtype, heads, n)))
-    for (query_tile, key_tile), (full, causal) in sorted(best.items()):
-        print(f"query tile {query_tile:4d}  key tile {key_tile:4d}:  {full:6.1f}  {causal:6.1f}")
+                for kept, measured in zip(pairs[config], time_build(builds[config], dtype, heads, n)):
+                    kept.extend(measured)
+    for (query_tile, key_tile), (full, causal) in sorted(pairs.items()):
+        print(f"query tile {query_tile:4d}  key tile {key_tile:4d}:  {spread(full)}  {spread(causal)}")
+
+
+def spread(values):
+    """median [first quartile-third quartile] of values"""
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return f"{median:.3f} [{q1:.3f}-{q3:.3f}]"
 
 
 if __name__ == "__main__":

@@ -10,13 +10,13 @@
    query panel (float32: 48, 24, 8; float64: 24, 12, 8); a narrow panel's tiles (float32:
    32, 16; float64: 16, 8; for calls of few rows) are at most the largest multiple of it. */
 #ifndef ATTN_F32_QUERY_TILE
-#define ATTN_F32_QUERY_TILE 528
+#define ATTN_F32_QUERY_TILE 1056
 #endif
 #ifndef ATTN_F32_KEY_TILE
 #define ATTN_F32_KEY_TILE 128
 #endif
 #ifndef ATTN_F64_QUERY_TILE
-#define ATTN_F64_QUERY_TILE 528
+#define ATTN_F64_QUERY_TILE 1056
 #endif
 #ifndef ATTN_F64_KEY_TILE
 #define ATTN_F64_KEY_TILE 128
