@@ -266,9 +266,11 @@ struct tile_ops_f32 {
        be mostly padding in this one's panels (flash_driver_template.h, tile_ops_for); a
        lane's arithmetic is the same in both, so is the result */
     const struct tile_ops_f32 *narrow;
-    /* y[c · y_stride + r] = x[r · x_stride + c] for r < rows, c < cols: how the driver packs
-       Qᵀ and K (pack_qt, pack_k); the narrow operations have it too */
-    void (*transpose)(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride);
+    /* y[c · y_stride + r] = x[r · x_stride + c] (times scale[c], unless scale is NULL) for
+       r < rows, c < cols: how the driver packs Qᵀ and K (pack_qt, pack_k), and turns Oᵀ
+       into out's rows, each times its 1 / l; the narrow operations have it too */
+    void (*transpose)(const float *x, int64_t x_stride, int64_t rows, int64_t cols, const float *scale,
+                      float *y, int64_t y_stride);
     /* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ, panel p only for its panel_keys[p] keys
        (rounded up to the ISA's micro-kernel: rows past them are scratch, their keys read),
        column p of key j at kp[j / KEY_BLOCK · KEY_BLOCK · d + j % KEY_BLOCK · k_key + p ·
@@ -310,7 +312,8 @@ struct tile_ops_f64 {
     const char *isa;
     int64_t query_panel;
     const struct tile_ops_f64 *narrow;   /* as tile_ops_f32's */
-    void (*transpose)(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y, int64_t y_stride);
+    void (*transpose)(const double *x, int64_t x_stride, int64_t rows, int64_t cols, const double *scale,
+                      double *y, int64_t y_stride);
     void (*qk_tile)(const double *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys, const double *qt,
                     int64_t rows_pad, int64_t d, double scale, double *st, int64_t key_cap);
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
@@ -343,6 +346,9 @@ struct tile_ops_f64 {
 struct tile_ops_bf16 {
     int64_t query_panel;
     const struct tile_ops_bf16 *narrow;   /* as tile_ops_f32's (none yet: NULL) */
+    /* as tile_ops_f32's: the driver's Oᵀ (float) into rows */
+    void (*transpose)(const float *x, int64_t x_stride, int64_t rows, int64_t cols, const float *scale,
+                      float *y, int64_t y_stride);
     /* Sᵀ (keys, rows_pad) = scale · K Qᵀ from kp and qt, as tile_ops_f32's qk_tile */
     void (*qk_tile)(const uint32_t *kp, const int32_t *panel_keys, const uint32_t *qt,
                     int64_t rows_pad, int64_t d2, float scale, float *st, int64_t key_cap);
@@ -503,15 +509,18 @@ extern const struct tile_ops_f32 tile_ops_generic_f32, tile_ops_avx2_f32, tile_o
 extern const struct tile_ops_bf16 tile_ops_avx512_bf16, tile_ops_emulated_bf16;
 extern const struct tile_ops_f64 tile_ops_generic_f64, tile_ops_avx2_f64, tile_ops_avx512_f64;
 
-/* struct tile_ops_f32's and _f64's transpose: in 8 × 8 (float64: 4 × 4) blocks of AVX2's
+/* struct tile_ops_f32's, _f64's and _bf16's transpose: in 8 × 8 (float64: 4 × 4) blocks of AVX2's
    shuffles, for the AVX2 and the AVX-512 paths (tile_ops_avx2_f32.c, tile_ops_avx2_f64.c:
    one element at a time, a panel of queries or a block of keys took a cycle an element, as
    much as a tiny call's products), the edges one element at a time; or element by element
    (tile_ops_generic_template.h) */
-void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride);
-void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y, int64_t y_stride);
-void transpose_generic_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride);
-void transpose_generic_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y,
-                           int64_t y_stride);
+void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, const float *scale, float *y,
+                        int64_t y_stride);
+void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, const double *scale,
+                        double *y, int64_t y_stride);
+void transpose_generic_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, const float *scale,
+                           float *y, int64_t y_stride);
+void transpose_generic_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, const double *scale,
+                           double *y, int64_t y_stride);
 
 #endif

@@ -110,10 +110,11 @@ INLINE_TARGET __m256 load_row_q8(const int8_t *p)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-/* the packing's transposes (tile_ops.h): 8 rows of 8 in three rounds of shuffles, the edges by
-   transpose_generic_f32 */
+/* the driver's transposes (tile_ops.h): 8 rows of 8 in three rounds of shuffles, each output
+   row then times its scale; the edges by transpose_generic_f32 */
 #define TRANSPOSE transpose_avx2_f32
-TARGET void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, float *y, int64_t y_stride)
+TARGET void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, const float *scale,
+                               float *y, int64_t y_stride)
 {
     int64_t r0 = 0;
     for (; r0 + 8 <= rows; r0 += 8) {
@@ -132,16 +133,21 @@ TARGET void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, i
                 u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
                 u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
             }
-            for (int i = 0; i < 4; i++) {      /* columns i and i + 4: the halves of rows 0-3 and 4-7 */
-                _mm256_storeu_ps(y + (c0 + i) * y_stride + r0, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-                _mm256_storeu_ps(y + (c0 + i + 4) * y_stride + r0, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+            __m256 column[8];                 /* columns i and i + 4: the halves of rows 0-3 and 4-7 */
+            for (int i = 0; i < 4; i++) {
+                column[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+                column[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
             }
+            for (int i = 0; i < 8; i++)
+                _mm256_storeu_ps(y + (c0 + i) * y_stride + r0,
+                                 scale ? _mm256_mul_ps(column[i], _mm256_set1_ps(scale[c0 + i])) : column[i]);
         }
         if (c0 < cols)
-            transpose_generic_f32(x + r0 * x_stride + c0, x_stride, 8, cols - c0, y + c0 * y_stride + r0, y_stride);
+            transpose_generic_f32(x + r0 * x_stride + c0, x_stride, 8, cols - c0, scale ? scale + c0 : NULL,
+                                  y + c0 * y_stride + r0, y_stride);
     }
     if (r0 < rows)
-        transpose_generic_f32(x + r0 * x_stride, x_stride, rows - r0, cols, y + r0, y_stride);
+        transpose_generic_f32(x + r0 * x_stride, x_stride, rows - r0, cols, scale, y + r0, y_stride);
 }
 
 #include "tile_ops_simd_template.h"

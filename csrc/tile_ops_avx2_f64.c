@@ -77,11 +77,11 @@ INLINE_TARGET double v_hmax(__m256d x)
     return _mm_cvtsd_f64(_mm_max_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-/* the packing's transposes (tile_ops.h): 4 rows of 4 in two rounds of shuffles, the edges by
-   transpose_generic_f64 */
+/* the driver's transposes (tile_ops.h): 4 rows of 4 in two rounds of shuffles, each output
+   row then times its scale; the edges by transpose_generic_f64 */
 #define TRANSPOSE transpose_avx2_f64
-TARGET void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, double *y,
-                               int64_t y_stride)
+TARGET void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, const double *scale,
+                               double *y, int64_t y_stride)
 {
     int64_t r0 = 0;
     for (; r0 + 4 <= rows; r0 += 4) {
@@ -93,16 +93,18 @@ TARGET void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, 
             /* columns 0 and 2, then 1 and 3, of rows 0-1 and of rows 2-3 */
             const __m256d t0 = _mm256_unpacklo_pd(a[0], a[1]), t1 = _mm256_unpackhi_pd(a[0], a[1]);
             const __m256d t2 = _mm256_unpacklo_pd(a[2], a[3]), t3 = _mm256_unpackhi_pd(a[2], a[3]);
-            _mm256_storeu_pd(y + c0 * y_stride + r0, _mm256_permute2f128_pd(t0, t2, 0x20));
-            _mm256_storeu_pd(y + (c0 + 1) * y_stride + r0, _mm256_permute2f128_pd(t1, t3, 0x20));
-            _mm256_storeu_pd(y + (c0 + 2) * y_stride + r0, _mm256_permute2f128_pd(t0, t2, 0x31));
-            _mm256_storeu_pd(y + (c0 + 3) * y_stride + r0, _mm256_permute2f128_pd(t1, t3, 0x31));
+            const __m256d column[4] = {_mm256_permute2f128_pd(t0, t2, 0x20), _mm256_permute2f128_pd(t1, t3, 0x20),
+                                       _mm256_permute2f128_pd(t0, t2, 0x31), _mm256_permute2f128_pd(t1, t3, 0x31)};
+            for (int i = 0; i < 4; i++)
+                _mm256_storeu_pd(y + (c0 + i) * y_stride + r0,
+                                 scale ? _mm256_mul_pd(column[i], _mm256_set1_pd(scale[c0 + i])) : column[i]);
         }
         if (c0 < cols)
-            transpose_generic_f64(x + r0 * x_stride + c0, x_stride, 4, cols - c0, y + c0 * y_stride + r0, y_stride);
+            transpose_generic_f64(x + r0 * x_stride + c0, x_stride, 4, cols - c0, scale ? scale + c0 : NULL,
+                                  y + c0 * y_stride + r0, y_stride);
     }
     if (r0 < rows)
-        transpose_generic_f64(x + r0 * x_stride, x_stride, rows - r0, cols, y + r0, y_stride);
+        transpose_generic_f64(x + r0 * x_stride, x_stride, rows - r0, cols, scale, y + r0, y_stride);
 }
 
 #include "tile_ops_simd_template.h"

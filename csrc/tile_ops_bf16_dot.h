@@ -346,6 +346,7 @@ static DOT_TARGET void round_lanes(const float *x, int64_t n, uint16_t *y)
 
 const struct tile_ops_bf16 BF16_DOT_OPS = {
     .query_panel = QUERY_PANEL,
+    .transpose = TRANSPOSE,
     .qk_tile = qk_tile_dot,
     .online_softmax = online_softmax_rounded,
     .pack_p = pack_p,

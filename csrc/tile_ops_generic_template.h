@@ -124,12 +124,12 @@ static void SUFFIX(pv_rows_generic)(const real *p, int64_t p_stride, const real 
                 acc[r * acc_stride + c] += p[r * p_stride + j] * v[j * d_v + c];
 }
 
-void SUFFIX(transpose_generic)(const real *x, int64_t x_stride, int64_t rows, int64_t cols, real *y,
-                               int64_t y_stride)
+void SUFFIX(transpose_generic)(const real *x, int64_t x_stride, int64_t rows, int64_t cols, const real *scale,
+                               real *y, int64_t y_stride)
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++)
-            y[c * y_stride + r] = x[r * x_stride + c];
+            y[c * y_stride + r] = scale ? x[r * x_stride + c] * scale[c] : x[r * x_stride + c];
 }
 
 const struct SUFFIX(tile_ops) SUFFIX(tile_ops_generic) = {
