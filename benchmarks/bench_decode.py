@@ -68,14 +68,16 @@ class CachedDecode(_CachedStep):
 
 
 class CachedDecodeReadFraction(_CachedStep):
-    """A step's read rate of the cache as a fraction of the streaming read, side by side
-    (``common.read_fraction``), at the largest n: a cache far beyond the caches."""
+    """A step's read rate of the cache as a fraction of the streaming read of as many bytes,
+    side by side (``common.read_fraction``), at the largest n and at a short cache (in L3,
+    where a step's fixed cost and its arithmetic show beside its reading)."""
 
-    params = [KERNEL_NAMES, [max(spec.DECODE_SEQ_LENS)]]
+    params = [KERNEL_NAMES, [spec.CALL_COST_CACHE, max(spec.DECODE_SEQ_LENS)]]
     param_names = ["kernel", "seq_len"]
 
     def track_fraction(self, kernel, seq_len):
-        return read_fraction(self.token, self.cache.nbytes, spec.DECODE_READ_ROUNDS)
+        rounds = spec.DECODE_SHORT_READ_ROUNDS if seq_len == spec.CALL_COST_CACHE else spec.DECODE_READ_ROUNDS
+        return read_fraction(self.token, self.cache.nbytes, rounds)
 
     track_fraction.unit = "fraction"
 

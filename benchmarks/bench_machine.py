@@ -140,7 +140,7 @@ class Machine:
 
     def track_read_bandwidth(self):
         """Streaming read over every thread of the budget: bytes read per second
-        (``ceilings.read_loop``: a sum of 512 MiB, each thread its own contiguous part)."""
+        (``ceilings.read_loop``: a sum of 2 GiB, in parts claimed by the threads)."""
         read, nbytes = ceilings.read_loop()
         return rate_samples(nbytes, read)
 

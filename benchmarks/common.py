@@ -141,8 +141,11 @@ def side_by_side(baseline, candidate, rounds, work_ratio=1.0, settle=0.0):
 def read_fraction(step, nbytes, rounds):
     """``side_by_side`` of the streaming read (``ceilings.read_loop``, the memory roof) and
     ``step``, a call reading ``nbytes`` once: per round, the step's read rate ÷ the streaming
-    read's, the two timed back to back, so that a disturbed minute moves both."""
-    read, read_bytes = ceilings.read_loop()
+    read's, the two timed back to back, so that a disturbed minute moves both.  The read
+    reads as many bytes as the step, so that both find their data in the same level of the
+    memory hierarchy (a 256 MiB cache sits in the L3 of a Xeon with 480 MiB of it, where a
+    read of 2 GiB runs at the memory's rate)."""
+    read, read_bytes = ceilings.read_loop(nbytes)
     return side_by_side(read, step, rounds, nbytes / read_bytes)
 
 

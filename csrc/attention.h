@@ -143,4 +143,9 @@ double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t ite
    path only then. */
 int attn_bf16_dot_pays(void);
 
+/* The memory roof (read_peak.c): the sum of x[0 .. n), read once on the pool's `threads`
+   threads (parts of it claimed as a decode step's tasks are), with the widest vector loads
+   this CPU has.  The caller times it. */
+double attn_read_sum(const double *x, int64_t n, int32_t threads);
+
 #endif

@@ -31,6 +31,7 @@ SOURCES = [
     "csrc/attention.c",
     "csrc/pool.c",
     "csrc/fma_peak.c",
+    "csrc/read_peak.c",
     "csrc/tile_ops_generic.c",
     "csrc/tile_ops_avx2_f32.c",
     "csrc/tile_ops_avx2_f64.c",

@@ -74,15 +74,17 @@ DECODE_DTYPE = "float32"
 TINY_SEQ_LEN = 64
 # CallCost: what the Python in front of a tiled rung costs a call, side by side with the
 # rung's own run on the same arrays: kernels.attention on the tiny call, KVCache.attend on
-# one query over a cache of CALL_COST_CACHE tokens (8 heads: 2 MiB, in L3), CALL_COST_CALLS
+# one query over a cache of CALL_COST_CACHE tokens (8 heads: 4 MiB, in L3), CALL_COST_CALLS
 # calls of each a round (a call of microseconds is below the clock's steadiness alone).
 CALL_COST_SHAPES = ("tiny", "decode")
 CALL_COST_CACHE = 1024
 CALL_COST_CALLS = 20
 CALL_COST_ROUNDS = 15 if QUICK else 101
-# CachedDecodeReadFraction: a step's read rate ÷ the streaming read's, side by side, at the
-# largest n, in this many rounds of one step and one read each.
+# CachedDecodeReadFraction: a step's read rate ÷ the streaming read's of as many bytes, side
+# by side, at the largest n and at CALL_COST_CACHE, in this many rounds of one step and one
+# read each (a short cache's step lasts tens of microseconds: more rounds).
 DECODE_READ_ROUNDS = 5 if QUICK else 9
+DECODE_SHORT_READ_ROUNDS = 25 if QUICK else 201
 
 
 # Ceilings: the peak of each type that has a loop of its own (float32's and float64's FMAs;

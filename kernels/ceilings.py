@@ -54,8 +54,9 @@ PEAK_BITS = {"float32": 32, "float64": 64, "bfloat16": 16}
 # reason names it.
 PEAK_UNITS = {"bfloat16": "AVX512-BF16"}
 
-# The streaming read's buffer: 512 MiB, far beyond any cache of these machines
-READ_BYTES = 2**29
+# The streaming read's buffer: 2 GiB, four times the largest last-level cache of these
+# machines (a Xeon's 480 MiB of L3, which a cache of 256 MiB can sit in)
+READ_BYTES = 2**31
 
 # Environment variables that make a BLAS run other kernels, or other blocking, than it
 # would choose by itself, by threadpoolctl's internal_api.  (OPENBLAS_VERBOSE is not one:
@@ -159,39 +160,17 @@ def bf16_dot_pays():
 
 
 def read_loop(nbytes=READ_BYTES):
-    """(call, its bytes): a streaming read of a buffer of ``nbytes`` (a sum of float64 ones,
-    each thread of the budget summing its own contiguous part), the memory roof a decode
-    step, which reads the cache once, is read against; timed alone for the bandwidth, beside
-    a step for its fraction.  Cost: ``nbytes`` of memory, its pages touched here, and the
-    first call's Numba compile (cached on disk)."""
-    import numba   # here, not at the top: bench_spec and the report import this module for its tables
-
+    """(call, its bytes): a read of a buffer of ``nbytes`` (float64 ones, summed) on the
+    thread budget, in parts claimed from the pool as a decode step's tasks are
+    (csrc/read_peak.c): the memory roof a decode step, which reads its cache once, is read
+    against; timed alone for the bandwidth, beside a step, over as many bytes as it reads,
+    for its fraction.  Cost: ``nbytes`` of memory, its pages touched here."""
     buffer = np.ones(max(1, nbytes // 8))
-    parts = threads.budget()
-    numba.set_num_threads(min(parts, numba.config.NUMBA_NUM_THREADS))
-    call = functools.partial(_parallel_sum(), buffer, parts)
-    call()  # warm-up: compile, pages
+    ffi, lib = _extension()
+    # from_buffer's pointer holds the buffer alive as long as the call holds it
+    call = functools.partial(lib.attn_read_sum, ffi.from_buffer("double[]", buffer), buffer.size, threads.budget())
+    call()  # warm-up: the pool's helpers, the buffer's pages in the TLB
     return call, buffer.nbytes
-
-
-@functools.cache
-def _parallel_sum():
-    """``parallel_sum(array, parts)``: Σ array over ``parts`` contiguous parts, one per
-    parallel task; compiled on first use (``read_loop``'s)."""
-    import numba
-
-    # Each part summed as a slice, reassociated into SIMD lanes, so that memory, not the
-    # add latency, bounds it (an explicit scalar loop read at a third of the rate)
-    @numba.njit(parallel=True, fastmath={"reassoc"}, cache=True)
-    def parallel_sum(array, parts):
-        size = array.size // parts
-        partial = np.zeros(parts)
-        for part in numba.prange(parts):
-            stop = array.size if part == parts - 1 else (part + 1) * size
-            partial[part] = array[part * size:stop].sum()
-        return partial.sum()
-
-    return parallel_sum
 
 
 def gemm_gflops(dtype, n=2048, repeats=5):

@@ -202,10 +202,15 @@ def test_bfloat16s_roof_is_the_faster_of_its_two_units():
         assert ceilings.bf16_dot_pays() == (dot > fma)
 
 
-def test_the_streaming_read_reads_its_bytes_and_sums_them():
-    call, nbytes = ceilings.read_loop(2**20)
-    assert nbytes == 2**20
-    assert call() == 2**20 / 8   # a sum of ones: every element read once
+@pytest.mark.parametrize("nbytes", [8, 8 * 63, 2**20, 2**20 + 8 * 13])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_the_streaming_read_reads_its_bytes_and_sums_them(nbytes, n_threads):
+    """A sum of ones: every element read once, through a vector's tail and across the parts
+    the threads claim (a part is 64 KiB at least)."""
+    with threads.using_budget(n_threads):
+        call, read = ceilings.read_loop(nbytes)
+        assert read == nbytes
+        assert call() == nbytes / 8
 
 
 def test_the_tables_import_no_numba():

@@ -716,6 +716,29 @@ static void check_shape(const struct shape *s, int64_t group, int64_t kv_spare, 
         }
 }
 
+/* The memory roof's read (read_peak.c), which the benchmarks time beside decode steps: the
+   sum of 1, 2, ..., n (exact in double) over buffers of exactly n doubles that start 8 bytes
+   past a vector boundary, for n through a vector's tail, a chain's step and several parts,
+   so that ASan sees a read past either end. */
+static void check_read_sum(void)
+{
+    static const int64_t sizes[] = {1, 7, 63, 64, 65, 8191, 8192 * 3 + 13, 8192 * 9 + 5};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            const int64_t n = sizes[i];
+            double *block = malloc((size_t)(n + 1) * sizeof(double)), *x = block + 1;
+            for (int64_t j = 0; j < n; j++)
+                x[j] = (double)(j + 1);
+            const double sum = attn_read_sum(x, n, thread_counts[ti]);
+            if (sum != (double)n * (double)(n + 1) / 2) {
+                printf("FAIL attn_read_sum of %lld doubles on %d threads: %.17g\n", (long long)n,
+                       thread_counts[ti], sum);
+                failures++;
+            }
+            free(block);
+        }
+}
+
 int main(void)
 {
     for (int isa = 0; isa < N_ISAS; isa++) {
@@ -740,6 +763,7 @@ int main(void)
            "query rows\n", (int)ATTN_F32_QUERY_TILE, (int)ATTN_F32_KEY_TILE,
            (int)ATTN_F64_QUERY_TILE, (int)ATTN_F64_KEY_TILE, (int)DECODE_MAX_QUERIES);
 
+    check_read_sum();
     uint64_t seed = 1;
     for (size_t i = 0; i < sizeof HARNESS_CASES / sizeof HARNESS_CASES[0]; i++)
         check_shape(&HARNESS_CASES[i], 1, 0, seed++);

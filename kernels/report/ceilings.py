@@ -12,7 +12,9 @@ rate; Sapphire Rapids' at half its rate), and c_tiled's "auto" path takes the sa
 import math
 
 from .. import bench_spec as spec
+from ..ceilings import READ_BYTES
 from ..machine_id import isa_of
+from ..memory import format_bytes
 from ..output import fmt_number, missing, ratio, text
 from .results import is_external
 
@@ -128,4 +130,4 @@ def ceilings_text(run):
             f"- **bfloat16's roof:** {bf16_roof_text(run)}.",
             f"- **BLAS:** {blas_name(run)}: {gemms}{unforced_text}.",
             f"- **Memory roof:** streaming read {text(run.value(spec.READ_BANDWIDTH), lambda v: f'{v:.1f} GB/s')} "
-            f"(every thread); copy {text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (one thread)."]
+            f"(csrc/read_peak.c, {format_bytes(READ_BYTES)}, every thread); copy {text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (one thread)."]

@@ -22,8 +22,9 @@ def decode_fits(run):
 
 
 def cache_read_fraction(run, kernel, seq_len=None):
-    """A cached step's read rate of the cache ÷ the streaming read's, the step and the read's
-    own loop alternating round by round (``CachedDecodeReadFraction``, at the largest n)."""
+    """A cached step's read rate of the cache ÷ the streaming read's of as many bytes, the
+    step and the read's own loop alternating round by round (``CachedDecodeReadFraction``,
+    at ``seq_len``, default the largest n)."""
     seq_len = seq_len or max(run.seq_lens(spec.DECODE_READ_FRACTION), default=math.nan)
     return run.value(spec.DECODE_READ_FRACTION, kernel=kernel, seq_len=seq_len)
 
@@ -54,9 +55,11 @@ def decode(run):
     reads = Table("decode_bandwidth", (
         Column("kernel", "kernel"), Column("seconds", "time per token", fmt_seconds),
         Column("gbytes_per_second", "cache read, GB/s", lambda v: f"{v:.1f}"),
-        Column("fraction_of_read_bandwidth", "of the streaming read (side by side)", fmt_percent)),
+        Column("fraction_of_read_bandwidth", "of the streaming read (side by side)", fmt_percent),
+        Column("short_fraction_of_read_bandwidth", f"n = {spec.CALL_COST_CACHE:,}: of the read", fmt_percent)),
         [[kernel, run.value(spec.DECODE_CACHED, kernel=kernel, seq_len=largest),
-          run.value(spec.DECODE_READ_RATE, kernel=kernel, seq_len=largest), cache_read_fraction(run, kernel)]
+          run.value(spec.DECODE_READ_RATE, kernel=kernel, seq_len=largest), cache_read_fraction(run, kernel),
+          cache_read_fraction(run, kernel, spec.CALL_COST_CACHE)]
          for kernel in run.kernels(spec.DECODE_READ_RATE)])
     tiny = Table("tiny_call", (Column("kernel", "kernel"), Column("seconds", "time per call", fmt_seconds)),
                  [[kernel, run.value(spec.TINY_CALL, kernel=kernel)] for kernel in run.kernels(spec.TINY_CALL)])
@@ -90,9 +93,14 @@ def decode(run):
         slopes,
         f"A cached step at n = {n_text} reads the cache's keys and values once; against the "
         f"machine's streaming read ({'n/a' if missing(bandwidth) else f'{bandwidth:.1f} GB/s'} "
-        "alone), its share timed side by side: each round one step and one call of the read's own "
-        "loop, each going first in turn (`CachedDecodeReadFraction`), so that a disturbed minute "
-        "moves both:",
+        "alone, of a buffer beyond the caches), its share timed side by side: each round one step "
+        "and one call of the read's own loop over as many bytes as the step reads (so that both "
+        "find their bytes in the same level of the caches), each going first in turn "
+        "(`CachedDecodeReadFraction`), so that a disturbed minute moves both; the same at "
+        f"n = {spec.CALL_COST_CACHE:,}, a cache in L3, where the step's arithmetic and fixed cost "
+        "show beside its reading. The read runs on our pool: a peer whose threads spin on after its "
+        "call (PyTorch's OpenMP, ONNX Runtime's pool) holds the core the read's second thread then "
+        "needs, so a peer's share can pass 100%; ours cannot, and the trust section checks it:",
         reads,
         memory,
         f"A tiny call (one head, n = {spec.TINY_SEQ_LEN}, d = {spec.HEAD_DIM}: about a megaflop) "

@@ -115,7 +115,8 @@ def roofline(run):
              draw),
         "Each point's fraction of the roof there is measured, not divided: a prefill call's share of its "
         f"type's compute roof is {SIDE_BY_SIDE_PEAK}; a decode step's share of the streaming read is the "
-        "step and the read's own loop alternating the same way (`CachedDecodeReadFraction`). The tiny "
+        "step and the read's own loop (csrc/read_peak.c) over as many bytes alternating the same way "
+        "(`CachedDecodeReadFraction`). The tiny "
         "call has none: its bound is the call's fixed cost (the decode section's `CallCost`), not a roof.",
         table,
     ])
