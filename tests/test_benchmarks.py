@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import statistics
 import sys
 import time
 
@@ -127,15 +128,16 @@ def test_peak_fraction_measures_only_the_cases_the_report_reads():
 def test_a_decode_steps_read_fraction_is_timed_beside_a_read_of_as_many_bytes(bench_modules, monkeypatch,
                                                                               kernel, seq_len):
     """Rounds of one step and one read of the cache's bytes (4 and 16 MiB, in the last-level
-    cache, as the step's are): the step's read rate ÷ the read's, above 0 and under the roof
-    (1 plus the rounds' noise: a read of a 512 MiB buffer here gave the steps of a cache in
-    L3 up to 20)."""
-    monkeypatch.setattr(bench_spec, "DECODE_READ_ROUNDS", 2)
-    monkeypatch.setattr(bench_spec, "DECODE_SHORT_READ_ROUNDS", 2)
+    cache, as the step's are): the step's read rate ÷ the read's, each above 0, their median
+    under the roof (1 plus the rounds' noise: a read of a 512 MiB buffer here gave the steps
+    of a cache in L3 up to 20; one round alone can be disturbed, a read preempted: 4.9 once)."""
+    monkeypatch.setattr(bench_spec, "DECODE_READ_ROUNDS", 5)
+    monkeypatch.setattr(bench_spec, "DECODE_SHORT_READ_ROUNDS", 5)
     benchmark = bench_modules["bench_decode"].CachedDecodeReadFraction()
     benchmark.setup(kernel, seq_len)
     fractions = benchmark.track_fraction(kernel, seq_len)
-    assert len(fractions["samples"]) == 2 and all(0 < f < 1.5 for f in fractions["samples"]), fractions
+    assert len(fractions["samples"]) == 5 and all(f > 0 for f in fractions["samples"]), fractions
+    assert statistics.median(fractions["samples"]) < 1.5, fractions
 
 
 @pytest.mark.parametrize("shape", bench_spec.PEER_SHAPES)
