@@ -14,7 +14,6 @@
    loops carry a target attribute and run only where the CPU has the features; the generic
    loop is portable C on 16-byte vectors (SSE2 on baseline x86-64), two 16-byte loads a
    cycle, which reads faster than a core's share of L3 or memory bandwidth but not of L2. */
-#include <string.h>
 
 #include "attention.h"
 

@@ -248,13 +248,13 @@ def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=Non
     costs O(n_q · (left + right + sinks)), not O(n_q · n_k).
     ``scale`` defaults to 1/sqrt(d).  Inputs are never modified.
     """
-    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, rounded=True)
+    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, True, True)
 
 
 def attention_unrounded(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
     """``attention``, its result left in the type it was computed in: the inputs' own, or
     float32 for 16-bit inputs (what a 16-bit KV cache's attention returns)."""
-    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, rounded=False)
+    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, False, True)
 
 
 def attention_unheld(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
@@ -263,10 +263,10 @@ def attention_unheld(q, k, v, *, kernel="c_tiled", causal=False, scale=None, win
     refused.  Every other check is ``attention``'s.  For the harness's probe itself, and for
     the benchmarks, which time such a peer anyway so that what its rounding buys is seen
     (the report marks those rows); not for results anyone should use."""
-    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, rounded=True, held=False)
+    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, True, False)
 
 
-def _attention(q, k, v, kernel, band, scale, rounded, held=True):
+def _attention(q, k, v, kernel, band, scale, rounded, held):
     """The call, its output in the inputs' type (``rounded``) or in the type it is computed
     in.  A kernel that writes a 16-bit type's rows itself (``Kernel.writes_half``) is given
     an output of that type; for the others the float32 result is rounded here, in one pass.
@@ -278,15 +278,26 @@ def _attention(q, k, v, kernel, band, scale, rounded, held=True):
     (tens of microseconds of Python, a third of a small model's decode step).  A large call
     (its bytes at least ``SMALL_ALLOCATION``) is checked every time: the memory it needs
     must still be available."""
-    record = get_kernel(kernel)
-    signature = _signature(q, k, v, kernel, band, scale, rounded, held)
-    plan = _PLANS.get(signature) if signature else None
-    if plan is None or plan.kernel is not record:  # (a kernel registered anew under its name)
-        plan = _plan(q, k, v, record, band, scale, rounded, held)
-        if signature and plan.needed_bytes < SMALL_ALLOCATION:
-            if len(_PLANS) >= MAX_PLANS:  # a loop over ever new shapes: keep the newest only
-                _PLANS.pop(next(iter(_PLANS), None), None)
-            _PLANS[signature] = plan
+    # The signature, a dictionary key; None for a call whose checks are made every time:
+    # inputs not plain NumPy arrays, a kernel not named by a str, or a scale other than None
+    # or a float.  A kept plan's step is called from here: every Python frame and lookup
+    # between the user and the C call is a call's fixed cost (a tenth of a microsecond or
+    # more each once a call has run through the caches).
+    signature = None
+    if (type(q) is type(k) is type(v) is np.ndarray and type(kernel) is str
+            and (scale is None or type(scale) is float)):
+        signature = (kernel, band, scale, rounded, held, q.dtype, q.shape, q.strides, k.dtype, k.shape,
+                     k.strides, v.dtype, v.shape, v.strides)
+        plan = _PLANS.get(signature)
+        if plan is not None and plan.kernel is KERNELS.get(kernel):   # (else registered anew, or gone)
+            if plan.step is not None and plan.rung.run is plan.stepped_run:
+                return plan.step(q, k, v)
+            return plan(q, k, v)
+    plan = _plan(q, k, v, get_kernel(kernel), band, scale, rounded, held)
+    if signature and plan.needed_bytes < SMALL_ALLOCATION:
+        if len(_PLANS) >= MAX_PLANS:  # a loop over ever new shapes: keep the newest only
+            _PLANS.pop(next(iter(_PLANS), None), None)
+        _PLANS[signature] = plan
     return plan(q, k, v)
 
 
@@ -294,24 +305,14 @@ MAX_PLANS = 256   # call signatures whose plans are kept (the oldest goes first)
 _PLANS = {}
 
 
-def _signature(q, k, v, kernel, band, scale, rounded, held):
-    """What a call's checks depend on, as a dictionary key; None for a call whose checks are
-    made every time: inputs not plain NumPy arrays, a kernel not named by a str, or a scale
-    other than None or a float."""
-    if not (type(q) is type(k) is type(v) is np.ndarray and type(kernel) is str
-            and (scale is None or type(scale) is float)):
-        return None
-    return (kernel, band, scale, rounded, held, q.dtype, q.shape, q.strides, k.dtype, k.shape, k.strides,
-            v.dtype, v.shape, v.strides)
-
-
 @dataclass(frozen=True)
 class Plan:
     """What the checks decided for one call signature: the flattened shapes (B, n, ·) of
     q, k and v, which of them the kernel needs copied, the output's buffer type, the
     bytes the call needs (output, copies, workspace), and for a rung with ``call_step``
-    (c_tiled) on arrays it reads as they are, its step: the C call with every argument but
-    the arrays' addresses worked out once."""
+    (c_tiled) on arrays it reads as they are, its step: the whole call, its output made and
+    every argument but the arrays' addresses worked out once, which ``_attention`` calls
+    for the signature's later calls."""
 
     problem: Problem
     kernel: object          # the registry's Kernel
@@ -328,10 +329,7 @@ class Plan:
     stepped_run: object = None   # ... while its run is this one (a test's replacement takes over)
 
     def __call__(self, q, k, v):
-        if self.step is not None and self.rung.run is self.stepped_run:
-            out = np.empty(self.out_buffer, self.written)
-            self.step(q, k, v, out)
-            return out if len(self.out_shape) == 3 else out.reshape(self.out_shape)
+        """The call through the rung's ``run`` (a kept plan's step is ``_attention``'s)."""
         problem = self.problem
         if problem.batch == 0:
             return np.zeros(self.out_shape, self.out_dtype)
@@ -373,7 +371,7 @@ def _plan(q, k, v, record, band, scale, rounded, held):
     step = None
     if hasattr(rung, "call_step") and "n_k" in options and not any(copied) and written == out_dtype:
         # all of them C-contiguous as given: the rung's step for the signature (c_tiled's)
-        step = rung.call_step(q, k, v, problem.band, problem.scale)
+        step = rung.call_step(q, k, v, problem.band, problem.scale, problem.out_shape)
     return Plan(problem, record, rung, options, shapes, tuple(copied), written, out_dtype, needed,
                 out_buffer, problem.out_shape, step, rung.run if step is not None else None)
 

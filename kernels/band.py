@@ -33,6 +33,14 @@ class Band:
     right: Optional[int] = None
     sinks: int = 0
 
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.left, self.right, self.sinks)))
+
+    def __hash__(self):
+        """Kept from construction: a band is part of every call's plan key
+        (``kernels.api``), and a dataclass hashes its fields anew each time."""
+        return self._hash
+
     @classmethod
     def of(cls, causal=False, window=None, sinks=0):
         """The band of a call's ``causal``, ``window`` and ``sinks`` arguments, checked:

@@ -276,30 +276,34 @@ def cache_step(k, v, band, scale):
     return step
 
 
-def call_step(q, k, v, band, scale):
-    """``kernels.attention``'s step for one call signature, every argument but the arrays'
+def call_step(q, k, v, band, scale, out_shape):
+    """``kernels.attention``'s call for one call signature, every argument but the arrays'
     addresses worked out once: q (..., B, n_q, d), k (..., B_kv, n_k, d), v (..., B_kv, n_k,
-    d_v) C-contiguous, float32 or float64, the signature's checks passed (``Plan``).
-    -> step(q, k, v, out), which is ``run(q, k, v, out, band.causal, scale, band=band)``
-    for arrays of that signature and out (B, n_q, d_v) C-contiguous of their dtype; None for
-    the 16-bit types (``run`` passes their bits) and for empty arrays.  A tiny call's Python then is its four
-    buffers and the call (``run`` and ``_call`` work out the shapes and the band again:
-    1.5 us of a 9 us call)."""
+    d_v) C-contiguous, float32 or float64, the signature's checks passed (``Plan``);
+    out_shape (..., B, n_q, d_v).
+    -> step(q, k, v), which is ``run(q, k, v, out, band.causal, scale, band=band)`` on a
+    new out of out_shape and q's dtype, returned, for arrays of that signature; None for
+    the 16-bit types (``run`` passes their bits) and for empty arrays.  A tiny call's Python
+    then is its output, its four buffers and the call, in one frame (``run`` and ``_call``
+    work out the shapes and the band again: 1.5 us of a 9 us call; each further frame and
+    argument tuple costs a tenth of a microsecond or more after the C call has run)."""
     if q.dtype.itemsize == 2 or not (q.size and k.size and v.size):
         return None
     forward, pointer, _ = _FORWARD[q.dtype]
-    array = _ARRAYS[pointer]
+    array, dtype, from_buffer, empty = _ARRAYS[pointer], q.dtype, ffi.from_buffer, np.empty
     n_q, d = q.shape[-2:]
     n_k, d_v = v.shape[-2:]
     batch, kv_heads = q.size // (n_q * d), k.size // (n_k * d)
-    arguments = (batch, batch // kv_heads, n_q, n_k, n_k, d, d_v, _side(band.left), _side(band.right), band.sinks,
-                 scale)
+    group, left, right, sinks = batch // kv_heads, _side(band.left), _side(band.right), band.sinks
 
-    def step(q, k, v, out):
-        status = forward(ffi.from_buffer(array, q), ffi.from_buffer(array, k), ffi.from_buffer(array, v),
-                         ffi.from_buffer(array, out, require_writable=True), *arguments, budget())
+    def step(q, k, v):
+        out = empty(out_shape, dtype)   # C-contiguous: (B, n_q, d_v) as the entry point writes it
+        status = forward(from_buffer(array, q), from_buffer(array, k), from_buffer(array, v),
+                         from_buffer(array, out), batch, group, n_q, n_k, n_k, d, d_v, left, right, sinks,
+                         scale, budget())
         if status:
             _raise_status(status, n_k, n_k, d, d_v)
+        return out
 
     return step
 
