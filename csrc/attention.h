@@ -106,13 +106,22 @@ int attn_bf16_round(const char *isa, const float *x, int64_t n, uint16_t *y);
    tasks of one loop under the same index (so that it can pick per-thread scratch). */
 typedef void (*pool_task_fn)(void *context, int64_t task, int32_t worker);
 
+/* Who claims which of a loop's tasks.  POOL_IN_ORDER: one queue, claimed in index order by
+   whichever thread is free, so that a list sorted heaviest first ends balanced (the query
+   tiles of a causal call).  POOL_IN_SHARES: thread w of the loop's t owns the contiguous
+   indices [n·w/t, n·(w + 1)/t) and claims them in order, then claims from the others'
+   shares: a loop run again over the same data (a decode step's chunks of one cache) finds
+   each share's bytes in the core's cache that read them last time. */
+enum pool_order { POOL_IN_ORDER, POOL_IN_SHARES };
+
 /* Runs task(context, t, worker) once for every t in [0, n_tasks) and returns when all have
    run.  The calling thread claims tasks itself from the start; up to threads − 1 helper
    threads are woken and claim tasks too once they are running.  The caller waits only for
-   tasks a helper has started, never for a helper that has not started one.  Every task runs
-   on the calling thread when threads <= 1 or while another loop holds the helpers (a
-   concurrent call from another thread, or a task that calls in again). */
-void pool_run(int64_t n_tasks, int32_t threads, pool_task_fn task, void *context);
+   tasks a helper has started, never for a helper that has not started one: the shares of a
+   helper that never runs are claimed by the others.  Every task runs on the calling thread
+   when threads <= 1 or while another loop holds the helpers (a concurrent call from another
+   thread, or a task that calls in again). */
+void pool_run(int64_t n_tasks, int32_t threads, enum pool_order order, pool_task_fn task, void *context);
 
 /* The threads worth using for a call of this many flops under a budget of `threads`: 1
    below the size at which a helper's wake-up costs more than it saves. */

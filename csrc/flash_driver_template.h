@@ -927,7 +927,8 @@ static void SUFFIX(merge_task)(void *context, int64_t w, int32_t worker)
 
 /* The split-KV path for all heads: (K/V head, key chunk) tasks, then (query row) merges.
    Chunks: about four tasks per thread over the K/V heads (as for the query tiles below),
-   none shorter than DECODE_MIN_CHUNK keys. Returns nonzero if the partials could not be
+   none shorter than DECODE_MIN_CHUNK keys, in shares: each thread reads the same run of
+   the cache at every step (pool.c). Returns nonzero if the partials could not be
    allocated. */
 static int SUFFIX(attend_split_kv)(const TILE_OPS_T *ops, const struct shape *sh, real scale,
                                    const q_elem *q, const struct SUFFIX(kv) *kv, void *out,
@@ -952,8 +953,8 @@ static int SUFFIX(attend_split_kv)(const TILE_OPS_T *ops, const struct shape *sh
         .key_chunk = key_chunk, .chunks = chunks,
         .chunk_stride = chunk_stride, .row_stride = row_stride,
     };
-    pool_run(kv_heads * chunks, threads, SUFFIX(key_chunk_task), &loop);
-    pool_run(batch * sh->n_q, pool_threads_for(threads, 4.0 * batch * sh->n_q * chunks * sh->d_v),
+    pool_run(kv_heads * chunks, threads, POOL_IN_SHARES, SUFFIX(key_chunk_task), &loop);
+    pool_run(batch * sh->n_q, pool_threads_for(threads, 4.0 * batch * sh->n_q * chunks * sh->d_v), POOL_IN_ORDER,
              SUFFIX(merge_task), &loop);
     free(partial);
     return 0;
@@ -1070,7 +1071,7 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
     };
     if (!loop.scratch)
         return 1;
-    pool_run(batch * loop.tiles, threads, SUFFIX(query_tile_task), &loop);
+    pool_run(batch * loop.tiles, threads, POOL_IN_ORDER, SUFFIX(query_tile_task), &loop);
     free(loop.scratch);
     return atomic_load(&loop.failed);
 }

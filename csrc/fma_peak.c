@@ -180,7 +180,7 @@ double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t ite
         return -1.0;
     /* one task per thread, each its own chains: the caller runs task 0 at once, each helper
        one of the others once it is awake */
-    pool_run(threads, threads, fma_task, &run);
+    pool_run(threads, threads, POOL_IN_SHARES, fma_task, &run);
     double total = 0.0;
     for (int32_t t = 0; t < threads; t++)
         total += run.sums[t];

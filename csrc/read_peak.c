@@ -79,7 +79,7 @@ double attn_read_sum(const double *x, int64_t n, int32_t threads)
     run.tasks = most < 1 ? 1 : most < wanted ? most : wanted;
     if (run.tasks > READ_MAX_TASKS)
         run.tasks = READ_MAX_TASKS;
-    pool_run(run.tasks, threads, read_task, &run);
+    pool_run(run.tasks, threads, POOL_IN_SHARES, read_task, &run);
     double total = 0.0;
     for (int64_t t = 0; t < run.tasks; t++)
         total += run.sums[t];

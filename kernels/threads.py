@@ -137,14 +137,19 @@ def address(array):
         return array.__array_interface__["data"][0]
 
 
-def parallel_for(n_tasks, threads, task, call):
+def parallel_for(n_tasks, threads, task, call, in_shares=False):
     """Run a compiled ``task`` for every index in [0, n_tasks) on the pool: the calling
     thread and up to ``threads - 1`` helpers, returning when every task has run.
     ``task`` is a Numba ``cfunc`` of the pool's signature void(void *call, int64 index,
     int32 worker); ``call`` is the NumPy array whose memory it reads (the caller keeps it
-    and every array it points to alive).  The GIL is released meanwhile."""
+    and every array it points to alive).  The GIL is released meanwhile.  ``in_shares``:
+    each thread claims a contiguous share of the indices first, the same share each call
+    (for loops repeated over the same data, as a decode step's chunks of one cache);
+    otherwise the threads claim from one queue in index order (csrc/attention.h,
+    enum pool_order)."""
     ffi, lib = _pool().ffi, _pool().lib
-    lib.pool_run(n_tasks, threads, ffi.cast("pool_task_fn", task.address), ffi.from_buffer(call))
+    lib.pool_run(n_tasks, threads, lib.POOL_IN_SHARES if in_shares else lib.POOL_IN_ORDER,
+                 ffi.cast("pool_task_fn", task.address), ffi.from_buffer(call))
 
 
 def helpers_started():

@@ -17,37 +17,44 @@ import kernels
 from kernels import harness, threads
 from kernels.rungs.rung3_numba_simd import address_as_voidptr
 
-LOG = np.dtype([("log", np.intp), ("n_tasks", np.int64), ("spin", np.int64)])
+LOG = np.dtype([("log", np.intp), ("runs", np.intp), ("n_tasks", np.int64), ("spin", np.int64)])
+MAX_THREADS = 8
 
 
 @cfunc(types.void(types.voidptr, types.int64, types.int32))
 def record_task(call_address, task, worker):
-    """log[task] = (worker + 1, times run); ``spin`` steps of a floating-point recurrence
-    first (which the compiler can neither vectorise nor fold), so that helpers have time
-    to join."""
+    """log[task] = (worker + 1, times run, the worker's how-manyth task this is, 1);
+    ``spin`` steps of a floating-point recurrence first (which the compiler can neither
+    vectorise nor fold), so that helpers have time to join."""
     call = carray(call_address, 1, LOG)[0]
-    log = carray(address_as_voidptr(call.log), (call.n_tasks, 3), np.int64)
+    log = carray(address_as_voidptr(call.log), (call.n_tasks, 4), np.int64)
+    runs = carray(address_as_voidptr(call.runs), MAX_THREADS, np.int64)  # a slot per worker
     x = 1.0
     for _ in range(call.spin):
         x = x * 1.0000001 + 1e-9
+    runs[worker] += 1
     log[task, 0] = worker + 1
     log[task, 1] += 1
-    log[task, 2] = x > 0  # keeps the recurrence
+    log[task, 2] = runs[worker]
+    log[task, 3] = x > 0  # keeps the recurrence
 
 
-def run_logged(n_tasks, n_threads, spin=2_000):
-    """Run ``record_task`` over the pool; its log (n_tasks, 3): worker + 1, runs, 1."""
-    log = np.zeros((n_tasks, 3), np.int64)
+def run_logged(n_tasks, n_threads, spin=2_000, in_shares=False):
+    """Run ``record_task`` over the pool; its log (n_tasks, 4): worker + 1, runs, the
+    worker's sequence number, 1."""
+    assert n_threads <= MAX_THREADS
+    log, runs = np.zeros((n_tasks, 4), np.int64), np.zeros(MAX_THREADS, np.int64)
     call = np.zeros(1, LOG)
-    call["log"], call["n_tasks"], call["spin"] = log.ctypes.data, n_tasks, spin
-    threads.parallel_for(n_tasks, n_threads, record_task, call)
+    call["log"], call["runs"], call["n_tasks"], call["spin"] = log.ctypes.data, runs.ctypes.data, n_tasks, spin
+    threads.parallel_for(n_tasks, n_threads, record_task, call, in_shares=in_shares)
     return log
 
 
+@pytest.mark.parametrize("in_shares", [False, True], ids=["in order", "in shares"])
 @pytest.mark.parametrize("n_threads", [1, 2, 3, 8])
 @pytest.mark.parametrize("n_tasks", [1, 2, 7, 1000])
-def test_every_task_runs_once_on_a_worker_below_the_thread_count(n_tasks, n_threads):
-    log = run_logged(n_tasks, n_threads)
+def test_every_task_runs_once_on_a_worker_below_the_thread_count(n_tasks, n_threads, in_shares):
+    log = run_logged(n_tasks, n_threads, in_shares=in_shares)
     assert (log[:, 1] == 1).all(), f"tasks run {sorted(set(log[:, 1]))} times"
     workers = log[:, 0] - 1
     assert workers.min() >= 0 and workers.max() < n_threads, f"workers {sorted(set(workers))}"
@@ -56,7 +63,32 @@ def test_every_task_runs_once_on_a_worker_below_the_thread_count(n_tasks, n_thre
 
 
 def test_no_task_for_an_empty_loop():
-    assert run_logged(0, 2).shape == (0, 3)
+    assert run_logged(0, 2).shape == (0, 4)
+
+
+@pytest.mark.parametrize("in_shares", [False, True], ids=["in order", "in shares"])
+def test_each_thread_claims_in_index_order_from_its_own_share_first(in_shares):
+    """In order, each thread's tasks rise (one queue); in shares, the caller's share is the
+    first half of the indices and the helper's the second: each claims its own in rising
+    order before any of the other's, so a helper's first task lies in the second half."""
+    n_tasks = 200
+    for attempt in range(8):
+        log = run_logged(n_tasks, 2, spin=5_000 * 2**attempt, in_shares=in_shares)
+        for worker in (1, 2):
+            tasks = np.flatnonzero(log[:, 0] == worker)
+            in_turn = tasks[np.argsort(log[tasks, 2])]  # as the worker ran them
+            if in_shares:
+                own = in_turn < n_tasks // 2 if worker == 1 else in_turn >= n_tasks // 2
+            else:
+                own = np.ones(len(in_turn), bool)  # one queue, every thread's own
+            first_other = len(own) if own.all() else np.argmin(own)
+            assert own[:first_other].all() and not own[first_other:].any(), \
+                f"worker {worker} went back to its own share after another's: {in_turn}"
+            assert (np.diff(in_turn[:first_other]) > 0).all(), f"worker {worker} ran its share out of order"
+            assert (np.diff(in_turn[first_other:]) > 0).all(), f"worker {worker} took another's out of order"
+        if (log[:, 0] == 2).any():
+            return  # a helper ran tasks: the claims of both were checked
+    pytest.skip("no helper ran a task in 8 loops; the caller's claims were checked")
 
 
 def test_helpers_never_outnumber_the_largest_budget_in_a_fresh_process():

@@ -5,9 +5,10 @@
    returns, so a missing happens-before edge between a helper's task and the caller is a
    data race TSan reports.  Checked besides: every task runs exactly once, on a worker index
    below the loop's thread count; loops of 0, 1, 2, 7 and 1,000 tasks on 1, 2, 3 and 8
-   threads; loops started from several threads at once (one holds the helpers, the others
-   run alone); a task that starts a loop itself (nested: it runs alone); and loops back to
-   back, so that helpers join late, mid-loop, or after the loop has closed.
+   threads, in order and in shares; loops started from several threads at once (one holds
+   the helpers, the others run alone); a task that starts a loop itself (nested: it runs
+   alone); and loops back to back, in order and in shares in turn, so that helpers join
+   late, mid-loop, or after the loop has closed, and meet a loop of another order.
 
    Exit status 1 if a check fails; a TSan report aborts the run (halt_on_error=1). */
 #include <pthread.h>
@@ -23,6 +24,7 @@
 
 struct loop {
     int32_t threads;
+    enum pool_order order;
     int64_t n_tasks;
     int64_t spin;                 /* busy work per task, so that helpers have time to join */
     int nested;                   /* each task starts a loop of its own */
@@ -50,7 +52,7 @@ static void record(void *context, int64_t task, int32_t worker)
     l->worker[task] = worker;
     l->runs[task] += 1;
     if (l->nested) {
-        struct loop inner = {.threads = 2, .n_tasks = 5, .spin = 10};
+        struct loop inner = {.threads = 2, .order = POOL_IN_SHARES, .n_tasks = 5, .spin = 10};
         run_loop(&inner);
     }
 }
@@ -60,7 +62,7 @@ static void run_loop(struct loop *l)
 {
     for (int64_t t = 0; t < l->n_tasks; t++)
         l->runs[t] = 0, l->worker[t] = -1;
-    pool_run(l->n_tasks, l->threads, record, l);
+    pool_run(l->n_tasks, l->threads, l->order, record, l);
     for (int64_t t = 0; t < l->n_tasks; t++) {
         if (l->runs[t] != 1)
             fail("a task did not run exactly once", l, t);
@@ -74,7 +76,8 @@ static void *caller(void *arg)
     const int index = (int)(intptr_t)arg;
     struct loop *l = malloc(sizeof *l);
     for (int i = 0; i < LOOPS_PER_CALLER; i++) {
-        *l = (struct loop){.threads = 2 + (i + index) % 3, .n_tasks = 1 + (i * 37 + index) % 200,
+        *l = (struct loop){.threads = 2 + (i + index) % 3, .order = (enum pool_order)(i % 2),
+                           .n_tasks = 1 + (i * 37 + index) % 200,
                            .spin = (i % 4) * 200, .nested = i % 50 == 0};
         run_loop(l);
     }
@@ -90,12 +93,15 @@ int main(void)
     int loops = 0;
     for (size_t i = 0; i < sizeof task_counts / sizeof task_counts[0]; i++)
         for (size_t j = 0; j < sizeof thread_counts / sizeof thread_counts[0]; j++)
-            for (int spin = 0; spin <= 1000; spin += 1000, loops++) {
-                l = (struct loop){.threads = thread_counts[j], .n_tasks = task_counts[i], .spin = spin};
-                run_loop(&l);
-            }
+            for (int spin = 0; spin <= 1000; spin += 1000)
+                for (int order = 0; order < 2; order++, loops++) {
+                    l = (struct loop){.threads = thread_counts[j], .order = (enum pool_order)order,
+                                      .n_tasks = task_counts[i], .spin = spin};
+                    run_loop(&l);
+                }
     for (int i = 0; i < 200; i++, loops++) {   /* back to back: helpers join late or not at all */
-        l = (struct loop){.threads = 2, .n_tasks = 3 + i % 20, .nested = i % 40 == 0};
+        l = (struct loop){.threads = 2, .order = (enum pool_order)(i % 2), .n_tasks = 3 + i % 20,
+                          .nested = i % 40 == 0};
         run_loop(&l);
     }
     pthread_t callers[CONCURRENT_CALLERS];

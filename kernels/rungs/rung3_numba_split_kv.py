@@ -434,6 +434,6 @@ def run(q, k, v, out, kv_rows, n_k, offset, q_factor, log2_scale, dtype, k_scale
     call = np.array([(*map(address, (q, k, v, out, stats, acc)), *scales, heads, n_q, n_k, d, d_v,
                       kv_heads, kv_rows, group, n_chunks, offset, q_factor, log2_scale, *groups)], CALL)
     parallel_for(kv_heads * n_chunks, threads_for(2.0 * heads * n_q * n_k * (d + d_v)),
-                 key_chunk_task(dtype, k.dtype), call)
+                 key_chunk_task(dtype, k.dtype), call, in_shares=True)
     parallel_for(heads * n_q, threads_for(4.0 * heads * n_q * n_chunks * d_v), merge_task(dtype, k.dtype, out.dtype),
                  call)
