@@ -54,10 +54,11 @@
 
    For every (head, query tile) and every key tile the query tile can see
    (tiles are stored transposed, in panels of queries: see tile_ops.h):
-     Sᵀ = scale · K Qᵀ  (K packed by pack_k, or     qk_tile
-       read in place by a tile of few rows)
+     Sᵀ = K (scale · Q)ᵀ  (K packed by pack_k, or   qk_tile (pack_qt scales Qᵀ once
+       read in place by a tile of few rows)         a tile; paired: qk_tile scales Sᵀ)
      mask the scores outside the band (−inf)        mask_band
-     m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax
+     m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax (rowmax S from qk_tile
+                                                    where no score is masked)
      alpha = exp(m − m_new), l = alpha · l + rowsum P
      O = alpha · O + P V  (V packed by pack_v, or   pv_tile
        read in place by a tile of few rows)
@@ -174,8 +175,9 @@ static struct SUFFIX(kv) SUFFIX(kv_head)(const struct SUFFIX(kv) *heads, const s
 struct SUFFIX(scratch) {
     packed *qt, *kp, *vp;
     real *st, *ot, *m, *l, *alpha, *staging, *rows;   /* rows: one panel's out rows */
+    real *tile_max;   /* one panel's maxima of its scores (qk_tile's) */
     uint32_t *pt;   /* PAIRED: one panel's Pᵀ in pairs of keys */
-    int32_t *first, *visible, *panel_keys, *panel_first;   /* count_visible's */
+    int32_t *first, *visible, *panel_keys, *panel_first, *panel_whole;   /* count_visible's */
     const kv_elem *packed_head;           /* kp and vp hold this K/V head's (its K rows) keys ... */
     int64_t packed_j0, packed_keys;       /* ... [packed_j0, + packed_keys) (walk_keys) */
     int k_in_place, v_in_place;           /* kp, vp not used: the tile ops read K's, V's rows (tile_loop's) */
@@ -205,11 +207,13 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
         cache_lines(rows * sizeof(int32_t)),                               /* panel_keys */
         cache_lines(rows * sizeof(int32_t)),                               /* first */
         cache_lines(rows * sizeof(int32_t)),                               /* panel_first */
+        cache_lines(rows * sizeof(int32_t)),                               /* panel_whole */
         cache_lines(KEY_CAP * d_packed * sizeof(packed)),                  /* kp */
         /* vp: KEY_CAP keys of each column (PAIRED: KEY_CAP / 2 pairs) */
         cache_lines(KEY_CAP / (PAIRED + 1) * dv_pad * sizeof(packed)),
         cache_lines(PAIRED * ops->query_panel * KEY_CAP / 2 * sizeof(uint32_t)),   /* pt */
         cache_lines(ops->query_panel * sh->d_v * sizeof(real)),            /* rows */
+        cache_lines(ops->query_panel * sizeof(real)),                      /* tile_max */
         /* staging: a tile of Q, K or V converted to real (16-bit, int8), before it is packed */
         cache_lines((size_t)(Q_STAGED * rows * sh->d > KV_TILE_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v)
                              ? Q_STAGED * rows * sh->d : KV_TILE_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v))
@@ -232,10 +236,12 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     sc->panel_keys = (int32_t *)block;   block += sizes[7];
     sc->first = (int32_t *)block;        block += sizes[8];
     sc->panel_first = (int32_t *)block;  block += sizes[9];
-    sc->kp = (packed *)block;        block += sizes[10];
-    sc->vp = (packed *)block;        block += sizes[11];
-    sc->pt = (uint32_t *)block;      block += sizes[12];
-    sc->rows = (real *)block;        block += sizes[13];
+    sc->panel_whole = (int32_t *)block;  block += sizes[10];
+    sc->kp = (packed *)block;        block += sizes[11];
+    sc->vp = (packed *)block;        block += sizes[12];
+    sc->pt = (uint32_t *)block;      block += sizes[13];
+    sc->rows = (real *)block;        block += sizes[14];
+    sc->tile_max = (real *)block;    block += sizes[15];
     sc->staging = (real *)block;
 }
 
@@ -271,18 +277,23 @@ static const real *SUFFIX(kv_as_real)(const kv_elem *x, const float *scale, int6
 #endif
 }
 
-/* qt (rows_pad / panel, d, panel) = Qᵀ of query rows [0, rows), zero columns after: each
-   panel by ops' transpose (on a tiny call the packing is as much work as the products) */
+/* qt (rows_pad / panel, d, panel) = scale · Qᵀ of query rows [0, rows), zero columns after:
+   each panel by ops' transpose (on a tiny call the packing is as much work as the products),
+   then scaled, so that qk_tile's scores come out scaled (a multiply per score vector spared,
+   the 1 / √d of a power-of-two d exact) */
 static void SUFFIX(pack_qt)(const TILE_OPS_T *ops, const real *q, int64_t rows, int64_t rows_pad, int64_t d,
-                            int64_t panel, real *qt)
+                            int64_t panel, real scale, real *qt)
 {
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
         const int64_t live = min_i64(panel, rows - r0);
         real *block = qt + r0 * d;
         ops->transpose(q + r0 * d, d, live, d, NULL, block, panel);
-        for (int64_t p = 0; p < d; p++)
+        for (int64_t p = 0; p < d; p++) {
+            for (int64_t lane = 0; lane < live; lane++)
+                block[p * panel + lane] *= scale;
             for (int64_t lane = live; lane < panel; lane++)
                 block[p * panel + lane] = 0;
+        }
     }
 }
 
@@ -377,11 +388,13 @@ static void SUFFIX(pack_v_pairs)(const kv_elem *v, int64_t keys, int64_t d_v, ui
 /* Which keys of the tile [j0, j0 + keys) each query i0 + r sees in one run of the walk
    (run_keys): [first[r], visible[r]) of them, or none (both 0); panel_keys[p] = the most any
    query of panel p sees (0: the panel is skipped), panel_first[p] = the most keys any of its
-   queries leaves out at the tile's start (a window's left edge). Returns whether some query
-   sees fewer than all (the tile crosses the causal diagonal or a window's edge). */
-static int SUFFIX(count_visible)(const struct shape *sh, int sinks_run, int64_t i0, int64_t j0,
-                                 int64_t keys, int64_t rows_pad, int64_t panel, int32_t *first,
-                                 int32_t *visible, int32_t *panel_keys, int32_t *panel_first)
+   queries leaves out at the tile's start (a window's left edge), panel_whole[p] = whether
+   each of its queries sees all of them (else the tile crosses the causal diagonal or a
+   window's edge there). */
+static void SUFFIX(count_visible)(const struct shape *sh, int sinks_run, int64_t i0, int64_t j0,
+                                  int64_t keys, int64_t rows_pad, int64_t panel, int32_t *first,
+                                  int32_t *visible, int32_t *panel_keys, int32_t *panel_first,
+                                  int32_t *panel_whole)
 {
     /* Both ends of a run never decrease with the query: when the first query's run ends
        after the tile and the last one's starts before it, every query sees all of it (all
@@ -389,9 +402,7 @@ static int SUFFIX(count_visible)(const struct shape *sh, int sinks_run, int64_t 
     int64_t lo, hi, first_hi;
     run_keys(sh, sinks_run, i0, &lo, &first_hi);
     run_keys(sh, sinks_run, i0 + rows_pad - 1, &lo, &hi);
-    const int whole = first_hi >= j0 + keys && lo <= j0;
-    int masked = 0;
-    if (whole)
+    if (first_hi >= j0 + keys && lo <= j0)
         for (int64_t r = 0; r < rows_pad; r++) {
             first[r] = 0;
             visible[r] = (int32_t)keys;
@@ -403,18 +414,18 @@ static int SUFFIX(count_visible)(const struct shape *sh, int sinks_run, int64_t 
             hi = clamp_i64(hi - j0, 0, keys);
             first[r] = (int32_t)(lo < hi ? lo : 0);
             visible[r] = (int32_t)(lo < hi ? hi : 0);
-            masked |= visible[r] < keys || first[r] > 0;
         }
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
-        int32_t most = 0, most_left_out = 0;
+        int32_t most = 0, fewest = (int32_t)keys, most_left_out = 0;
         for (int64_t r = r0; r < r0 + panel; r++) {
             most = visible[r] > most ? visible[r] : most;
+            fewest = visible[r] < fewest ? visible[r] : fewest;
             most_left_out = first[r] > most_left_out ? first[r] : most_left_out;
         }
         panel_keys[r0 / panel] = most;
         panel_first[r0 / panel] = most_left_out;
+        panel_whole[r0 / panel] = fewest == keys && most_left_out == 0;
     }
-    return masked;
 }
 
 /* Sᵀ[j][r] = −inf for the keys j < first[r] and visible[r] <= j < panel_keys[panel of r]
@@ -481,8 +492,8 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
 
     for (int64_t j0 = j_begin; j0 < j_end; j0 += KEY_TILE) {
         const int64_t keys = min_i64(KEY_TILE, j_end - j0);
-        const int masked = SUFFIX(count_visible)(sh, sinks_run, i0, j0, keys, rows_pad, panel, sc->first,
-                                                 sc->visible, sc->panel_keys, sc->panel_first);
+        SUFFIX(count_visible)(sh, sinks_run, i0, j0, keys, rows_pad, panel, sc->first, sc->visible,
+                              sc->panel_keys, sc->panel_first, sc->panel_whole);
 
         /* A thread's next query tile of the same head over the same key tile finds them
            packed already: a head whose keys fit one tile (a tiny call, whose tiles one thread
@@ -522,25 +533,30 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
             prefetch_slice(k + (j0 + keys) * d, next_k_bytes, r0 / panel, rows_pad / panel);
             prefetch_slice(v + (j0 + keys) * d_v, next_v_bytes, r0 / panel, rows_pad / panel);
             const int32_t *panel_keys = sc->panel_keys + r0 / panel;
+            const int whole = sc->panel_whole[r0 / panel];
             if (*panel_keys == 0)
                 continue;
 #if PAIRED
             ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st, KEY_CAP);
-#elif KV_READ_IN_PLACE
-            if (sc->k_in_place)
-                ops->qk_tile(k + j0 * d, d, 1, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale,
-                             sc->st, KEY_CAP);
-            else
-                ops->qk_tile(sc->kp, 1, KEY_BLOCK, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale,
-                             sc->st, KEY_CAP);
+            const real *tile_max = NULL;   /* (the paired qk_tile finds no maxima) */
 #else
-            ops->qk_tile(sc->kp, 1, KEY_BLOCK, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st,
-                         KEY_CAP);
+#if KV_READ_IN_PLACE
+            if (sc->k_in_place)
+                ops->qk_tile(k + j0 * d, d, 1, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, sc->st,
+                             KEY_CAP, sc->tile_max);
+            else
 #endif
-            if (masked)
+                ops->qk_tile(sc->kp, 1, KEY_BLOCK, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, sc->st,
+                             KEY_CAP, sc->tile_max);
+            /* qk_tile's maxima count every score it computed: the softmax's own, unless some
+               are masked after or the keys were rounded up to its micro-kernel's */
+            const real *tile_max = whole && *panel_keys % KEY_BLOCK == 0 ? sc->tile_max : NULL;
+            (void)scale;   /* (in Qᵀ: pack_qt) */
+#endif
+            if (!whole)
                 SUFFIX(mask_band)(sc->st, sc->first + r0, sc->visible + r0, panel_keys, panel, panel);
-            ops->online_softmax(sc->st, KEY_CAP, panel_keys, panel, sc->m + r0, sc->l + r0,
-                                sc->alpha + r0);
+            ops->online_softmax(sc->st, KEY_CAP, panel_keys, panel, sc->m + r0, sc->l + r0, sc->alpha + r0,
+                                tile_max);
             if (sc->panel_first[r0 / panel] > finite) {
                 SUFFIX(pv_panel_exact)(sc->st, sc->vp, sc->first + r0, sc->visible + r0, sc->alpha + r0, d_v,
                                        panel, sc->ot + r0 * dv_pad);
@@ -581,7 +597,8 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
 #if PAIRED
     SUFFIX(pack_qt_pairs)(q + i0 * d, rows, rows_pad, d, panel, sc->qt);
 #else
-    SUFFIX(pack_qt)(ops, SUFFIX(q_as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, sc->qt);
+    SUFFIX(pack_qt)(ops, SUFFIX(q_as_real)(q + i0 * d, rows * d, sc->staging), rows, rows_pad, d, panel, scale,
+                    sc->qt);
 #endif
     for (int64_t r = 0; r < rows_pad; r++) {
         sc->m[r] = -INFINITY;

@@ -5,13 +5,16 @@
 
 #define GENERIC_QUERY_PANEL 8
 
-/* Sᵀ (keys, rows_pad) = scale · K (keys, d) · Qᵀ (d, rows_pad), K packed or in place (tile_ops.h) */
+/* Sᵀ (keys, rows_pad) = K (keys, d) · Qᵀ (d, rows_pad), K packed or in place, and each
+   query's largest score in tile_max (tile_ops.h) */
 static void SUFFIX(qk_tile_generic)(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
-                                    const real *qt, int64_t rows_pad, int64_t d, real scale, real *st,
-                                    int64_t key_cap)
+                                    const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
+                                    real *tile_max)
 {
     for (int64_t r0 = 0; r0 < rows_pad; r0 += GENERIC_QUERY_PANEL) {
         const real *panel = qt + r0 * d;                 /* (d, GENERIC_QUERY_PANEL) */
+        for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++)
+            tile_max[r0 + lane] = -INFINITY;
         for (int64_t j = 0; j < panel_keys[r0 / GENERIC_QUERY_PANEL]; j++) {
             const real *kj = kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK * k_key;   /* kj[p * k_col] */
             /* Summed in double: without FMA each float32 product would be rounded before the
@@ -20,21 +23,27 @@ static void SUFFIX(qk_tile_generic)(const real *kp, int64_t k_key, int64_t k_col
             for (int64_t p = 0; p < d; p++)
                 for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++)
                     acc[lane] += (double)kj[p * k_col] * panel[p * GENERIC_QUERY_PANEL + lane];
-            for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++)
-                st[r0 * key_cap + j * GENERIC_QUERY_PANEL + lane] = (real)(scale * acc[lane]);
+            for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++) {
+                const real score = (real)acc[lane];
+                st[r0 * key_cap + j * GENERIC_QUERY_PANEL + lane] = score;
+                if (score > tile_max[r0 + lane])   /* false for NaN, as in online_softmax_generic */
+                    tile_max[r0 + lane] = score;
+            }
         }
     }
 }
 
 static void SUFFIX(online_softmax_generic)(real *st, int64_t key_cap, const int32_t *panel_keys,
-                                           int64_t rows_pad, real *m, real *l, real *alpha)
+                                           int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_max)
 {
     for (int64_t r = 0; r < rows_pad; r++) {
         const int64_t keys = panel_keys[r / GENERIC_QUERY_PANEL];
         /* query r's scores: s[j * GENERIC_QUERY_PANEL], j < keys */
         real *s = st + (r / GENERIC_QUERY_PANEL) * key_cap * GENERIC_QUERY_PANEL + r % GENERIC_QUERY_PANEL;
         real m_new = m[r];
-        for (int64_t j = 0; j < keys; j++)
+        if (tile_max && tile_max[r] > m_new)
+            m_new = tile_max[r];
+        for (int64_t j = 0; !tile_max && j < keys; j++)
             if (s[j * GENERIC_QUERY_PANEL] > m_new)   /* false for NaN: it reaches l through exp */
                 m_new = s[j * GENERIC_QUERY_PANEL];
         /* While a query has seen only −inf scores, measure from 0, so that its weights are

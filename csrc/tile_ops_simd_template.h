@@ -87,11 +87,15 @@ INLINE_TARGET vec v_exp(vec x)
    widths unroll completely: the registers hold MICRO_* × vecs accumulators. A lane's
    arithmetic does not depend on the width: both give the same bits. */
 
-/* Sᵀ (MICRO_KEYS, panel) = scale · K (MICRO_KEYS keys, d) · Qᵀ panel (d, panel), panel =
-   vecs · LANES, column p of key i at kp[p · k_col + i · k_key] (a packed block, or K's rows
-   in place: tile_ops.h); per step vecs loads, MICRO_KEYS broadcasts, MICRO_KEYS · vecs FMAs */
-INLINE_TARGET void qk_micro(const real *kp, int64_t k_key, int64_t k_col, const real *qt, int64_t d, real scale,
-                            real *st, const int vecs)
+/* Sᵀ (MICRO_KEYS, panel) = K (MICRO_KEYS keys, d) · Qᵀ panel (d, panel), panel = vecs ·
+   LANES, column p of key i at kp[p · k_col + i · k_key] (a packed block, or K's rows in place:
+   tile_ops.h); per step vecs loads, MICRO_KEYS broadcasts, MICRO_KEYS · vecs FMAs. The
+   panel's running maxima tile_max take the new scores on their way out: the softmax then
+   need not read Sᵀ twice, and an op per score vector that would have scaled it (the scale
+   is in Qᵀ) finds them instead. max(score, m) keeps m for a NaN score, as the softmax's own
+   pass does. */
+INLINE_TARGET void qk_micro(const real *kp, int64_t k_key, int64_t k_col, const real *qt, int64_t d, real *st,
+                            real *tile_max, const int vecs)
 {
     const int64_t panel = vecs * LANES;
     vec acc[MICRO_KEYS][PANEL_VECS];
@@ -113,49 +117,57 @@ INLINE_TARGET void qk_micro(const real *kp, int64_t k_key, int64_t k_col, const 
                 acc[i][c] = V(fmadd)(a, b[c], acc[i][c]);
         }
     }
-    const vec vscale = V(set1)(scale);
     UNROLL
-    for (int i = 0; i < MICRO_KEYS; i++)
+    for (int c = 0; c < vecs; c++) {
+        vec m = V(load)(tile_max + LANES * c);
         UNROLL
-        for (int c = 0; c < vecs; c++)
-            V(store)(st + i * panel + LANES * c, V(mul)(vscale, acc[i][c]));
+        for (int i = 0; i < MICRO_KEYS; i++) {
+            V(store)(st + i * panel + LANES * c, acc[i][c]);
+            m = V(max)(acc[i][c], m);
+        }
+        V(store)(tile_max + LANES * c, m);
+    }
 }
 
 INLINE_TARGET void qk_tile_of(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
-                              const real *qt, int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap,
-                              const int vecs)
+                              const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
+                              real *tile_max, const int vecs)
 {
     const int64_t panel = vecs * LANES;
     /* Panel outer: one Qᵀ panel (d × panel) stays in L1 while the tile's keys stream past it. */
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += panel)
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
+        UNROLL
+        for (int c = 0; c < vecs; c++)
+            V(store)(tile_max + r0 + LANES * c, V(set1)(-INFINITY));
         for (int64_t j = 0; j < panel_keys[r0 / panel]; j += MICRO_KEYS)
             qk_micro(kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK * k_key, k_key, k_col, qt + r0 * d, d,
-                     scale, st + r0 * key_cap + j * panel, vecs);
+                     st + r0 * key_cap + j * panel, tile_max + r0, vecs);
+    }
 }
 
 /* A packed tile's strides as constants, so that its micro-kernel addresses a block's keys
    from one pointer (with them passed as variables the large calls ran 3% slower) */
 INLINE_TARGET void qk_tile_strided(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
-                                   const real *qt, int64_t rows_pad, int64_t d, real scale, real *st,
-                                   int64_t key_cap, const int vecs)
+                                   const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
+                                   real *tile_max, const int vecs)
 {
     if (k_key == 1 && k_col == KEY_BLOCK)
-        qk_tile_of(kp, 1, KEY_BLOCK, panel_keys, qt, rows_pad, d, scale, st, key_cap, vecs);
+        qk_tile_of(kp, 1, KEY_BLOCK, panel_keys, qt, rows_pad, d, st, key_cap, tile_max, vecs);
     else
-        qk_tile_of(kp, k_key, k_col, panel_keys, qt, rows_pad, d, scale, st, key_cap, vecs);
+        qk_tile_of(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_max, vecs);
 }
 
 static TARGET void qk_tile(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
-                           const real *qt, int64_t rows_pad, int64_t d, real scale, real *st, int64_t key_cap)
+                           const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap, real *tile_max)
 {
-    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, scale, st, key_cap, PANEL_VECS);
+    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_max, PANEL_VECS);
 }
 
 static TARGET void qk_tile_narrow(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
-                                  const real *qt, int64_t rows_pad, int64_t d, real scale, real *st,
-                                  int64_t key_cap)
+                                  const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
+                                  real *tile_max)
 {
-    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, scale, st, key_cap, PANEL_VECS - 1);
+    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_max, PANEL_VECS - 1);
 }
 
 /* P as the products take it: as computed, or, for the bfloat16 dot products (round_bf16),
@@ -167,10 +179,11 @@ static TARGET void qk_tile_narrow(const real *kp, int64_t k_key, int64_t k_col, 
 #define WEIGHT(p, round_bf16) ((void)(round_bf16), (p))
 #endif
 
-/* The online softmax of one panel of queries (see tile_ops.h). The vecs vectors of a key's
-   row are loaded together and give that many independent exp computations. */
+/* The online softmax of one panel of queries (see tile_ops.h), the panel's maxima of its
+   scores from tile_max (qk_tile's) or, NULL, found here. The vecs vectors of a key's row are
+   loaded together and give that many independent exp computations. */
 INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha,
-                                        const int round_bf16, const int vecs)
+                                        const real *tile_max, const int round_bf16, const int vecs)
 {
     const int64_t panel = vecs * LANES;
     vec m_old[PANEL_VECS], m_new[PANEL_VECS], m_ref[PANEL_VECS], sum[PANEL_VECS];
@@ -178,10 +191,15 @@ INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l
     for (int c = 0; c < vecs; c++)
         m_old[c] = m_new[c] = V(load)(m + LANES * c);
     /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
-    for (int64_t j = 0; j < keys; j++)
+    if (tile_max)
         UNROLL
         for (int c = 0; c < vecs; c++)
-            m_new[c] = V(max)(V(load)(st + j * panel + LANES * c), m_new[c]);
+            m_new[c] = V(max)(V(load)(tile_max + LANES * c), m_new[c]);
+    else
+        for (int64_t j = 0; j < keys; j++)
+            UNROLL
+            for (int c = 0; c < vecs; c++)
+                m_new[c] = V(max)(V(load)(st + j * panel + LANES * c), m_new[c]);
     /* While a query has seen only −inf scores, measure from 0, so that its weights are
        exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
        in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
@@ -208,23 +226,24 @@ INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l
 }
 
 INLINE_TARGET void online_softmax_of(real *st, int64_t key_cap, const int32_t *panel_keys, int64_t rows_pad,
-                                     real *m, real *l, real *alpha, const int round_bf16, const int vecs)
+                                     real *m, real *l, real *alpha, const real *tile_max, const int round_bf16,
+                                     const int vecs)
 {
     for (int64_t r0 = 0; r0 < rows_pad; r0 += vecs * LANES)
         online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / (vecs * LANES)], m + r0, l + r0, alpha + r0,
-                             round_bf16, vecs);
+                             tile_max ? tile_max + r0 : NULL, round_bf16, vecs);
 }
 
 static TARGET void online_softmax(real *st, int64_t key_cap, const int32_t *panel_keys,
-                                  int64_t rows_pad, real *m, real *l, real *alpha)
+                                  int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_max)
 {
-    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, 0, PANEL_VECS);
+    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, tile_max, 0, PANEL_VECS);
 }
 
 static TARGET void online_softmax_narrow(real *st, int64_t key_cap, const int32_t *panel_keys,
-                                         int64_t rows_pad, real *m, real *l, real *alpha)
+                                         int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_max)
 {
-    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, 0, PANEL_VECS - 1);
+    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, tile_max, 0, PANEL_VECS - 1);
 }
 
 /* Oᵀ (MICRO_COLS, panel) = alpha ⊙ Oᵀ + Vᵀ (MICRO_COLS columns, keys) · Pᵀ panel (keys,
