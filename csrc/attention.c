@@ -397,7 +397,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define KEY_TILE ATTN_F32_KEY_TILE
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)   /* Sᵀ rows per panel */
 #define ACTIVE_OPS active->f32
-#define EXP expf
+#define EXP2 exp2f
 #include "flash_driver_template.h"
 #undef SUFFIX
 #undef q_elem
@@ -515,7 +515,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #undef KV_ROW_OPS_MAX_ROWS
 #undef q_elem
 #undef kv_elem
-#undef EXP
+#undef EXP2
 #undef real
 #undef TILE_OPS_T
 #undef QUERY_TILE
@@ -532,12 +532,12 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define KEY_TILE ATTN_F64_KEY_TILE
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)
 #define ACTIVE_OPS active->f64
-#define EXP exp
+#define EXP2 exp2
 #include "flash_driver_template.h"
 #undef SUFFIX
 #undef q_elem
 #undef kv_elem
-#undef EXP
+#undef EXP2
 #undef real
 #undef TILE_OPS_T
 #undef QUERY_TILE

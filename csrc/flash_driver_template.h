@@ -50,16 +50,19 @@
      QUERY_TILE, KEY_TILE   tile sizes (query rows, keys)
      KEY_CAP                Sᵀ rows per panel: KEY_TILE rounded up to KEY_BLOCK
      ACTIVE_OPS             the selected const TILE_OPS_T *
-     EXP                    expf or exp
+     EXP2                   exp2f or exp2
 
-   For every (head, query tile) and every key tile the query tile can see
-   (tiles are stored transposed, in panels of queries: see tile_ops.h):
+   Scores are in base-2 units: SUFFIX(forward) turns the caller's scale into scale · log2(e)
+   once, so that every weight is 2^(s − m) (v_exp2, tile_ops_exp.h: an operation fewer per
+   score vector than e^x's range reduction). For every (head, query tile) and every key tile
+   the query tile can see (tiles are stored transposed, in panels of queries: see
+   tile_ops.h):
      Sᵀ = K (scale · Q)ᵀ  (K packed by pack_k, or   qk_tile (pack_qt scales Qᵀ once
        read in place by a tile of few rows)         a tile; paired: qk_tile scales Sᵀ)
      mask the scores outside the band (−inf)        mask_band
-     m_new = max(m, rowmax S), P = exp(S − m_new),  online_softmax (rowmax S from qk_tile
+     m_new = max(m, rowmax S), P = 2^(S − m_new),   online_softmax (rowmax S from qk_tile
                                                     where no score is masked)
-     alpha = exp(m − m_new), l = alpha · l + rowsum P
+     alpha = 2^(m − m_new), l = alpha · l + rowsum P
      O = alpha · O + P V  (V packed by pack_v, or   pv_tile
        read in place by a tile of few rows)
    and finally out = O · (1 / l), each row rounded to the output's type as it is stored
@@ -77,9 +80,9 @@
    in q and out), so that each K and V row is read from memory once for all of them; that
    head's keys are cut into chunks, every (K/V head, chunk) is a task that streams its K and
    V rows once and keeps, per query row, the partial softmax state of its chunk
-     m_c = max s, l_c = Σ exp(s − m_c), acc_c = Σ exp(s − m_c) v     attend_key_chunk
+     m_c = max s, l_c = Σ 2^(s − m_c), acc_c = Σ 2^(s − m_c) v     attend_key_chunk
    and the rows are then merged across chunks
-     m = max m_c, out = Σ exp(m_c − m) acc_c / Σ exp(m_c − m) l_c    merge_chunks */
+     m = max m_c, out = Σ 2^(m_c − m) acc_c / Σ 2^(m_c − m) l_c    merge_chunks */
 
 #ifdef Q_TO_REAL
 #define Q_STAGED 1
@@ -616,7 +619,7 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
     /* out = O · (1 / l), a panel at a time: Oᵀ turned into rows by the ISA's transpose, each
        times its 1 / l (a division per value, and each row's values gathered one by one from
        d_v columns of Oᵀ, took ~15% of a one-head n = 64 call). 1 / l is within half an ulp,
-       and l >= 1 (a row's largest weight is exp(0)), so each value is within an ulp of
+       and l >= 1 (a row's largest weight is 2^0), so each value is within an ulp of
        O / l; 0 · (1 / 0) is NaN as 0 / 0 is. Rows rounded to a 16-bit type go through
        sc->rows. */
     for (int64_t r0 = 0; r0 < rows; r0 += panel) {
@@ -876,7 +879,7 @@ static int64_t SUFFIX(decode_staging)(const struct shape *sh)
 
 /* row (d_v) of a row of query index i from the partial states of the chunks it sees
    keys of, the first at partial, the next chunk_stride further: m = max m_c,
-   w_c = exp(m_c − m), out = Σ w_c acc_c / Σ w_c l_c; zeros for a row that sees no key. A
+   w_c = 2^(m_c − m), out = Σ w_c acc_c / Σ w_c l_c; zeros for a row that sees no key. A
    chunk whose scores were all −inf has w_c = 0 (its l_c and acc_c are 0, or NaN, which
    0 · NaN keeps); an all −inf row ends as 0/0 = NaN, and a NaN or +inf score as NaN, all as
    in the reference. */
@@ -895,7 +898,7 @@ static void SUFFIX(merge_chunks)(const struct shape *sh, int64_t i, int64_t key_
     real l = 0;
     for (int64_t c = 0; c < chunks; c++) {
         const real *state = partial + c * chunk_stride;
-        const real w = EXP(state[PARTIAL_M] - m_ref);
+        const real w = EXP2(state[PARTIAL_M] - m_ref);
         l += w * state[PARTIAL_L];
         for (int64_t col = 0; col < sh->d_v; col++)
             row[col] += w * state[PARTIAL_ACC + col];
@@ -1048,11 +1051,12 @@ static const TILE_OPS_T *SUFFIX(tile_ops_for)(const TILE_OPS_T *ops, int64_t row
    16-bit type. */
 static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *out, int round_out,
                            int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
-                           int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks, real scale,
+                           int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks, real scale_e,
                            int n_threads)
 {
     if (group < 1 || batch % group != 0 || kv_rows < n_k)
         return -1;
+    const real scale = (real)(scale_e * LOG2E);   /* scores in base-2 units (see the top) */
     const TILE_OPS_T *ops = ACTIVE_OPS;
     const struct shape sh = make_shape(n_q, n_k, d, d_v, left, right, sinks, group, kv_rows, round_out);
     /* 2 · batch · n_q · (keys a query sees) · (d + d_v) flops, causal or not: n_k, or a

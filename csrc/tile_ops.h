@@ -70,6 +70,10 @@
                             meets up to 4 rows (8 FMA chains of ROW_KEYS / 4 keys × 4 rows) */
 #define ROW_KEYS_MAX 64  /* keys per qk_rows / pv_rows call at most (the split-KV path's block) */
 
+/* log2(e): the driver's scores are in base-2 units, scale · log2(e) · q · k, and every
+   weight is a power of 2 (tile_ops_exp.h) */
+#define LOG2E 1.4426950408889634074
+
 /* Index arithmetic, shared by the driver and the tile operations. */
 static inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -279,8 +283,9 @@ struct tile_ops_f32 {
        score of those computed, the rounded-up rows' included */
     void (*qk_tile)(const float *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys, const float *qt,
                     int64_t rows_pad, int64_t d, float *st, int64_t key_cap, float *tile_max);
-    /* per query: m_new = max(m, column max of Sᵀ), Pᵀ = exp(Sᵀ − m_new),
-       alpha = exp(m − m_new), l = alpha · l + column sum of Pᵀ, m = m_new
+    /* per query: m_new = max(m, column max of Sᵀ), Pᵀ = 2^(Sᵀ − m_new) (scores in base-2
+       units: the driver's scale holds log2(e)), alpha = 2^(m − m_new), l = alpha · l +
+       column sum of Pᵀ, m = m_new
        (measured from 0 instead while m_new = −inf, see online_softmax_panel); the column
        maxima read from tile_max (qk_tile's) unless it is NULL: the driver passes it when
        every score qk_tile computed is one the softmax reads, none masked after */
@@ -298,8 +303,8 @@ struct tile_ops_f32 {
        overwritten; fetches `ahead` meanwhile */
     void (*qk_rows)(const float *k, int64_t keys, int64_t d, const float *q, int64_t rows, float scale,
                     float *s, int64_t s_stride, struct read_ahead ahead);
-    /* m_new = max(m, max s), s = exp(s − m_new) (measured from 0 while m_new = −inf),
-       l = alpha · l + Σ s, m = m_new; returns alpha = exp(m − m_new) */
+    /* m_new = max(m, max s), s = 2^(s − m_new) (measured from 0 while m_new = −inf),
+       l = alpha · l + Σ s, m = m_new; returns alpha = 2^(m − m_new) */
     float (*online_softmax_row)(float *s, int64_t keys, float *m, float *l);
     /* acc row r (d_v) = alpha[r] · acc row r + Σ_j P[r, j] · V row j, over keys rows of V
        (keys, d_v), for 1 <= rows <= ROW_GROUP rows of P (rows, p_stride) and acc (rows,

@@ -4,13 +4,13 @@
 
 #define real float
 #define SUFFIX(name) name##_f32
-#define EXP expf
+#define EXP2 exp2f
 #include "tile_ops_generic_template.h"
 #undef real
 #undef SUFFIX
-#undef EXP
+#undef EXP2
 
 #define real double
 #define SUFFIX(name) name##_f64
-#define EXP exp
+#define EXP2 exp2
 #include "tile_ops_generic_template.h"

@@ -1,5 +1,5 @@
 /* Portable tile operations: a template, without include guards, instantiated once per
-   precision by tile_ops_generic.c (which defines `real`, SUFFIX(name) and EXP first).
+   precision by tile_ops_generic.c (which defines `real`, SUFFIX(name) and EXP2 first).
    Plain loops over the layouts of tile_ops.h that gcc -O3 may vectorise for the baseline
    ISA; correctness first. */
 
@@ -44,18 +44,18 @@ static void SUFFIX(online_softmax_generic)(real *st, int64_t key_cap, const int3
         if (tile_max && tile_max[r] > m_new)
             m_new = tile_max[r];
         for (int64_t j = 0; !tile_max && j < keys; j++)
-            if (s[j * GENERIC_QUERY_PANEL] > m_new)   /* false for NaN: it reaches l through exp */
+            if (s[j * GENERIC_QUERY_PANEL] > m_new)   /* false for NaN: it reaches l through 2^x */
                 m_new = s[j * GENERIC_QUERY_PANEL];
         /* While a query has seen only −inf scores, measure from 0, so that its weights are
-           exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over
+           2^−inf = 0 rather than 2^(−inf + inf) = NaN; later finite scores then take over
            as in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
         const real m_ref = m_new == -INFINITY ? 0 : m_new;
         real sum = 0;
         for (int64_t j = 0; j < keys; j++) {
-            s[j * GENERIC_QUERY_PANEL] = EXP(s[j * GENERIC_QUERY_PANEL] - m_ref);
+            s[j * GENERIC_QUERY_PANEL] = EXP2(s[j * GENERIC_QUERY_PANEL] - m_ref);
             sum += s[j * GENERIC_QUERY_PANEL];
         }
-        alpha[r] = EXP(m[r] - m_ref);
+        alpha[r] = EXP2(m[r] - m_ref);
         l[r] = alpha[r] * l[r] + sum;
         m[r] = m_new;
     }
@@ -104,15 +104,15 @@ static real SUFFIX(online_softmax_row_generic)(real *s, int64_t keys, real *m, r
 {
     real m_new = *m;
     for (int64_t j = 0; j < keys; j++)
-        if (s[j] > m_new)   /* false for NaN: it reaches l through exp */
+        if (s[j] > m_new)   /* false for NaN: it reaches l through 2^x */
             m_new = s[j];
     const real m_ref = m_new == -INFINITY ? 0 : m_new;   /* see online_softmax_generic */
     real sum = 0;
     for (int64_t j = 0; j < keys; j++) {
-        s[j] = EXP(s[j] - m_ref);
+        s[j] = EXP2(s[j] - m_ref);
         sum += s[j];
     }
-    const real alpha = EXP(*m - m_ref);
+    const real alpha = EXP2(*m - m_ref);
     *l = alpha * *l + sum;
     *m = m_new;
     return alpha;

@@ -12,7 +12,7 @@
      v_zero_where(mask, x)      x, with 0 in the lanes of mask
      v_fmadd_where(mask, a, b, acc)   acc + a·b in the lanes of mask, acc (untouched) elsewhere
      v_mul_pow2(p, k, t, zero)   p · 2^k, for integral k also held as k + bias in t's low
-                            bits, and 0 in the lanes of mask zero (v_exp)
+                            bits, and 0 in the lanes of mask zero (v_exp2)
      tail_mask, lanes_below(n)  the lanes c < n, for a row's last columns
      v_load_first(p, m), v_store_first(p, m, x)   loads and stores of the lanes of tail mask m
      v_hsum(x), v_hmax(x)   the sum and the max of the lanes
@@ -63,21 +63,20 @@ _Static_assert(ROW_KEYS == LANES && ROW_KEY_PAD % ROW_KEYS == 0,
 _Static_assert(ROW_KEYS >= ROW_GROUP && ROW_VECS >= ROW_GROUP,
                "qk_rows and pv_rows hold a chain per key or vector for each of ROW_GROUP rows");
 
-/* exp on every lane (constants and accuracy in tile_ops_exp.h). The result is 0 below the
+/* 2^x on every lane (constants and accuracy in tile_ops_exp.h). The result is 0 below the
    underflow bound and at −inf; NaN gives NaN: p(NaN) is NaN, and only lanes where x < bound,
    false for NaN, are cleared. */
-INLINE_TARGET vec v_exp(vec x)
+INLINE_TARGET vec v_exp2(vec x)
 {
-    const vec round_biased = V(set1)(SUFFIX(exp_round_biased));
-    const vec t = V(fmadd)(x, V(set1)(SUFFIX(exp_log2e)), round_biased);
+    const vec round_biased = V(set1)(SUFFIX(exp2_round_biased));
+    const vec t = V(add)(x, round_biased);
     const vec k = V(sub)(t, round_biased);
-    vec r = V(fnmadd)(k, V(set1)(SUFFIX(exp_ln2_hi)), x);
-    r = V(fnmadd)(k, V(set1)(SUFFIX(exp_ln2_lo)), r);
-    vec p = V(set1)(SUFFIX(exp_poly)[0]);
+    const vec r = V(sub)(x, k);
+    vec p = V(set1)(SUFFIX(exp2_poly)[0]);
     UNROLL
-    for (int i = 1; i < (int)(sizeof SUFFIX(exp_poly) / sizeof SUFFIX(exp_poly)[0]); i++)
-        p = V(fmadd)(p, r, V(set1)(SUFFIX(exp_poly)[i]));
-    return v_mul_pow2(p, k, t, v_lt(x, V(set1)(SUFFIX(exp_underflow))));
+    for (int i = 1; i < (int)(sizeof SUFFIX(exp2_poly) / sizeof SUFFIX(exp2_poly)[0]); i++)
+        p = V(fmadd)(p, r, V(set1)(SUFFIX(exp2_poly)[i]));
+    return v_mul_pow2(p, k, t, v_lt(x, V(set1)(SUFFIX(exp2_underflow))));
 }
 
 /* The query-tile operations come in two widths: the register plan's panel of PANEL_VECS
@@ -181,7 +180,7 @@ static TARGET void qk_tile_narrow(const real *kp, int64_t k_key, int64_t k_col, 
 
 /* The online softmax of one panel of queries (see tile_ops.h), the panel's maxima of its
    scores from tile_max (qk_tile's) or, NULL, found here. The vecs vectors of a key's row are
-   loaded together and give that many independent exp computations. */
+   loaded together and give that many independent 2^x computations. */
 INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha,
                                         const real *tile_max, const int round_bf16, const int vecs)
 {
@@ -190,7 +189,7 @@ INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l
     UNROLL
     for (int c = 0; c < vecs; c++)
         m_old[c] = m_new[c] = V(load)(m + LANES * c);
-    /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through exp) */
+    /* max(x, acc) returns acc when x is NaN: NaN never enters m (it reaches l through 2^x) */
     if (tile_max)
         UNROLL
         for (int c = 0; c < vecs; c++)
@@ -201,7 +200,7 @@ INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l
             for (int c = 0; c < vecs; c++)
                 m_new[c] = V(max)(V(load)(st + j * panel + LANES * c), m_new[c]);
     /* While a query has seen only −inf scores, measure from 0, so that its weights are
-       exp(−inf) = 0 rather than exp(−inf + inf) = NaN; later finite scores then take over as
+       2^−inf = 0 rather than 2^(−inf + inf) = NaN; later finite scores then take over as
        in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
     UNROLL
     for (int c = 0; c < vecs; c++) {
@@ -212,13 +211,13 @@ INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l
         UNROLL
         for (int c = 0; c < vecs; c++) {
             real *s = st + j * panel + LANES * c;
-            const vec p = WEIGHT(v_exp(V(sub)(V(load)(s), m_ref[c])), round_bf16);
+            const vec p = WEIGHT(v_exp2(V(sub)(V(load)(s), m_ref[c])), round_bf16);
             V(store)(s, p);
             sum[c] = V(add)(sum[c], p);
         }
     UNROLL
     for (int c = 0; c < vecs; c++) {
-        const vec a = v_exp(V(sub)(m_old[c], m_ref[c]));
+        const vec a = v_exp2(V(sub)(m_old[c], m_ref[c]));
         V(store)(alpha + LANES * c, a);
         V(store)(l + LANES * c, V(fmadd)(a, V(load)(l + LANES * c), sum[c]));
         V(store)(m + LANES * c, m_new[c]);
@@ -343,12 +342,12 @@ INLINE_TARGET real online_softmax_row_of(real *s, int64_t keys, real *m, real *l
     const vec ref = V(set1)(m_ref);
     vec sum = V(setzero)();
     for (int64_t j = 0; j < padded; j += LANES) {
-        const vec p = WEIGHT(v_exp(V(sub)(V(loadu)(s + j), ref)), round_bf16);
+        const vec p = WEIGHT(v_exp2(V(sub)(V(loadu)(s + j), ref)), round_bf16);
         V(storeu)(s + j, p);
         sum = V(add)(sum, p);
     }
     real alpha[LANES];
-    V(storeu)(alpha, v_exp(V(set1)(*m - m_ref)));
+    V(storeu)(alpha, v_exp2(V(set1)(*m - m_ref)));
     *l = alpha[0] * *l + v_hsum(sum);
     *m = m_new;
     return alpha[0];
