@@ -10,9 +10,11 @@
    sum rescaled by 2^(m − m) keeps its bits (the query tiles' online softmax: a row that sees
    none of a tile's keys ends as it would without the tile):
      float32: degree 5, the fit minimax in relative error (1.05e-7, under an eps); within
-              2.11 ulp for x in [−126, 128) (4M points against float64)
-     float64: degree 11 (error < 1 eps), within an ulp for x in [−1022, 1024) (3M points
+              2.11 ulp for x in [−126, 0] (4M points against float64)
+     float64: degree 11 (error < 1 eps), within an ulp for x in [−1022, 0] (3M points
               against 80-bit long double)
+   x <= 0 is all the kernel asks for: a score less its row's running maximum, or an old
+   maximum less a new one.
    Below the underflow bound (a subnormal result) and at −inf the result is 0: such a weight
    is below the smallest normal next to the row maximum's weight 1. */
 #ifndef ATTNBENCH_TILE_OPS_EXP_H

@@ -41,11 +41,13 @@ static void SUFFIX(online_softmax_generic)(real *st, int64_t key_cap, const int3
         /* query r's scores: s[j * GENERIC_QUERY_PANEL], j < keys */
         real *s = st + (r / GENERIC_QUERY_PANEL) * key_cap * GENERIC_QUERY_PANEL + r % GENERIC_QUERY_PANEL;
         real m_new = m[r];
-        if (tile_max && tile_max[r] > m_new)
-            m_new = tile_max[r];
-        for (int64_t j = 0; !tile_max && j < keys; j++)
-            if (s[j * GENERIC_QUERY_PANEL] > m_new)   /* false for NaN: it reaches l through 2^x */
-                m_new = s[j * GENERIC_QUERY_PANEL];
+        if (tile_max) {
+            if (tile_max[r] > m_new)
+                m_new = tile_max[r];
+        } else
+            for (int64_t j = 0; j < keys; j++)
+                if (s[j * GENERIC_QUERY_PANEL] > m_new)   /* false for NaN: it reaches l through 2^x */
+                    m_new = s[j * GENERIC_QUERY_PANEL];
         /* While a query has seen only −inf scores, measure from 0, so that its weights are
            2^−inf = 0 rather than 2^(−inf + inf) = NaN; later finite scores then take over
            as in the reference, and a row of only −inf ends as 0/0 = NaN as in the reference. */
