@@ -2,10 +2,10 @@
 
 The FMA peak per precision (the compute roof no kernel passes; bfloat16's is the peak of its
 dot products, where the CPU has AVX512-BF16), the rungs' GFLOP/s as a fraction of it timed
-side by side with its loop, sgemm/dgemm throughput of
-the installed BLAS, named (what a kernel doing 4·n²·d flops in matrix products could hope
-for), copy bandwidth and streaming-read bandwidth (what a decoding step,
-which reads the KV cache once, could hope for), the thread budget every kernel ran
+side by side with its loop, sgemm/dgemm throughput of the installed BLAS, named, and its
+fraction of the same peak timed the same way (what a kernel doing 4·n²·d flops in matrix
+products could hope for), copy bandwidth and streaming-read bandwidth (what a decoding
+step, which reads the KV cache once, could hope for), the thread budget every kernel ran
 with, and the start-up costs: ``import kernels``, Numba's first compile, a cached first
 call.
 """
@@ -76,6 +76,32 @@ class PeakFraction(ThreadBudget):
 
     def track_fraction(self, kernel, dtype, threads, causal):
         return side_by_side(self.peak, self.call, spec.PEAK_FRACTION_ROUNDS, self.flops / self.peak_flops)
+
+    track_fraction.unit = "fraction"
+
+
+class GemmFraction(ThreadBudget):
+    """NumPy's gemm (``Machine``'s 2048² product, ``ceilings.gemm_call``) as a fraction of
+    its type's FMA peak, timed side by side with the peak's loop doing as many flops on as
+    many threads, as ``PeakFraction`` times a kernel: the practical roof of a kernel made of
+    matrix products, in the same units as the kernels' fractions.  Each side is first called
+    untimed for ``spec.GEMM_FRACTION_SETTLE`` seconds every round: the BLAS's workers spin
+    on after a product, and would take a core from the peak's loop."""
+
+    params = [list(spec.DTYPES), THREAD_COUNTS]
+    param_names = ["dtype", "threads"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 300
+
+    def setup(self, dtype, threads):
+        self.use_threads(threads)
+        self.gemm, self.flops = ceilings.gemm_call(dtype)
+        self.peak, self.peak_flops = ceilings.peak_loop(dtype, self.flops, threads)
+        self.gemm()  # warm-up: the BLAS's threads and buffers, the pool's helpers
+        self.peak()
+
+    def track_fraction(self, dtype, threads):
+        return side_by_side(self.peak, self.gemm, spec.GEMM_FRACTION_ROUNDS, self.flops / self.peak_flops,
+                            settle=spec.GEMM_FRACTION_SETTLE)
 
     track_fraction.unit = "fraction"
 

@@ -110,6 +110,17 @@ def peak_fraction_case(kernel, dtype, every_thread, causal):
 
 PEAK_FRACTION_ROUNDS = 3 if QUICK else 7
 
+# GemmFraction: NumPy's gemm (Machine's 2048² product) ÷ the FMA peak of its type, side by
+# side with the peak's loop doing as many flops, float32 and float64, on one thread and every
+# CPU: the practical roof of a kernel made of matrix products, read as PeakFraction reads the
+# kernels.  Each side is called untimed for GEMM_FRACTION_SETTLE seconds first, every round
+# (side_by_side's settle): the BLAS's workers spin on after a product, and a peak loop in
+# their wake loses a core to them.  Measured (OpenBLAS 0.3.31, 2-core Xeon, 2 threads, 5
+# rounds): sgemm read 0.93-1.38 of the peak unsettled, 0.70-0.75 after 0.1 s, 0.71-0.75
+# after 0.3 s.
+GEMM_FRACTION_ROUNDS = 3 if QUICK else 7
+GEMM_FRACTION_SETTLE = 0.25
+
 
 # HalfSpeedup: each tiled rung in a 16-bit type over itself in float32, side by side, on
 # PeerSpeedup's full and causal shapes (8 heads at the headline n).  HalfFidelity: MiniLM's
@@ -286,6 +297,7 @@ WALL_MEMORY = Benchmark("bench_attention.MemoryWall.track_peak_extra_bytes", ("k
 WALL_SECONDS = Benchmark("bench_attention.MemoryWall.track_seconds", ("kernel",))
 FMA_PEAK = Benchmark("bench_machine.Ceilings.track_fma_peak_gflops", ("dtype", "threads"))
 PEAK_FRACTION = Benchmark("bench_machine.PeakFraction.track_fraction", ("kernel", "dtype", "threads", "causal"))
+GEMM_FRACTION = Benchmark("bench_machine.GemmFraction.track_fraction", ("dtype", "threads"))
 BLAS_THREADS = Benchmark("bench_machine.Blas.track_threads", ("blas",))
 SGEMM_UNFORCED = Benchmark("bench_machine.Blas.track_sgemm_gflops_unforced", ("blas",))
 SGEMM = Benchmark("bench_machine.Machine.track_sgemm_gflops")
@@ -341,7 +353,7 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, DECODE_READ_FRACTION, TINY_CALL, CALL_COST,
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
-              PEAK_FRACTION, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP,
+              PEAK_FRACTION, GEMM_FRACTION, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY, CACHE_SPEEDUP,
               CACHE_READ_RATE, CACHE_READ_FRACTION, CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR,
               KEY_GRANULARITY, WINDOW_TIME, WINDOW_GFLOPS, WINDOW_MEMORY, BOUNDED_STEP, BOUNDED_BYTES,
               BOUNDED_OVER_UNBOUNDED, WINDOW_PEER_SPEEDUP, WINDOW_MEAN_COSINE, WINDOW_MIN_COSINE)

@@ -9,6 +9,7 @@
     bf16_dot_pays()                         # whether bfloat16's dot products beat float32's FMAs here
     read_loop()                             # (call, its bytes): the streaming read over the budget
     gemm_gflops("float32")                  # [GFLOP/s, ...]: NumPy's BLAS on a 2048² product
+    gemm_call("float32")                    # (call, its flops): that product, to time beside another call
     blas(), blas_summary()                  # which BLAS, which core kernels, what forced them
     gemm_gflops_unforced("float32")         # the same gemm where nothing forces the kernels
 
@@ -173,21 +174,28 @@ def read_loop(nbytes=READ_BYTES):
     return call, buffer.nbytes
 
 
-def gemm_gflops(dtype, n=2048, repeats=5):
-    """NumPy's BLAS on a (n, n) @ (n, n) product of float32 (sgemm) or float64 (dgemm) on
-    the thread budget, in GFLOP/s (2·n³ flops per call): ``repeats`` samples after one
-    warm-up call, as ``bench_machine.Machine`` measures it.  Cost: repeats + 1 products
-    (n = 2048: about 0.1-0.2 s each in float32 on 2 AVX2 cores) and 3 n² elements."""
+def gemm_call(dtype, n=2048):
+    """(call, its flops): one (n, n) @ (n, n) product of NumPy's BLAS in float32 (sgemm) or
+    float64 (dgemm) on the thread budget, into a buffer of its own, 2·n³ flops, for a
+    caller to time (``gemm_gflops``; ``bench_machine.GemmFraction`` beside the peak's
+    loop).  TypeError for another type.  Cost: 2 n² elements."""
     dtype = dtypes.float_type(dtype, dtypes.WIDE).dtype
     threads.budget()  # the BLAS's thread count is the budget's from its first reading on
     a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
-    product = np.empty_like(a)
-    np.dot(a, a, out=product)  # warm-up: the BLAS's threads and buffers
+    return functools.partial(np.dot, a, a, out=np.empty_like(a)), 2.0 * n**3
+
+
+def gemm_gflops(dtype, n=2048, repeats=5):
+    """NumPy's BLAS on a (n, n) @ (n, n) product (``gemm_call``) in GFLOP/s: ``repeats``
+    samples after one warm-up call, as ``bench_machine.Machine`` measures it.  Cost:
+    repeats + 1 products (n = 2048: about 0.1-0.2 s each in float32 on 2 AVX2 cores)."""
+    product, flops = gemm_call(dtype, n)
+    product()  # warm-up: the BLAS's threads and buffers
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
-        np.dot(a, a, out=product)
-        samples.append(2.0 * n**3 / (time.perf_counter() - start) / 1e9)
+        product()
+        samples.append(flops / (time.perf_counter() - start) / 1e9)
     return samples
 
 

@@ -132,6 +132,18 @@ def test_gemm_samples():
     assert len(samples) == 3 and all(math.isfinite(s) and s > 0 for s in samples)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gemm_call_is_the_product_it_counts(dtype):
+    """The call GemmFraction times beside the peak's loop: a seeded (n, n) matrix times
+    itself in the type, 2·n³ flops, the product left where it can be read (the call's
+    return value), as NumPy computes it (the same BLAS call: bit for bit)."""
+    call, flops = ceilings.gemm_call(dtype, n=48)
+    product = call()
+    assert flops == 2 * 48**3 and product.shape == (48, 48) and product.dtype == np.dtype(dtype)
+    a = np.random.default_rng(0).standard_normal((48, 48)).astype(dtype)
+    np.testing.assert_array_equal(product, np.dot(a, a))
+
+
 def test_blas_names_library_and_kernels():
     info = ceilings.blas({})
     assert info["library"] and info["name"] and info["version"]

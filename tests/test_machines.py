@@ -141,6 +141,7 @@ def test_machines_side_by_side_one_column_each(three_machines):
     assert medians(section, "headline n") == ["4,096"] * 3
     assert medians(section, "c_tiled GFLOP/s, float32") == ["100.0"] * 3
     assert medians(section, "c_tiled GFLOP/s ÷ the FMA peak") == ["62%"] * 3  # PeakFraction's 0.625, side by side
+    assert medians(section, "the BLAS's sgemm GFLOP/s ÷ the FMA peak") == ["78%"] * 3  # GemmFraction's, every thread
     assert medians(section, "c_tiled speed over numpy") == ["4.00×"] * 3
     # c_tiled over torch_sdpa 1.25 at 4 threads; over onnxruntime_attention (× 0.8) the smallest
     assert medians(section, "c_tiled speed over every peer") == ["1.00×", "0.50×", "2.00×"]

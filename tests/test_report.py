@@ -294,6 +294,10 @@ def test_ceilings_are_the_machines_and_every_throughput_a_share_of_the_fma_peak(
             "float32's FMA peak; here the faster is the dot products, so they are its roof.") in opening
     assert ("OpenBLAS 0.3.0, pthreads, Haswell kernels (forced by OPENBLAS_CORETYPE=Haswell), 4 threads: "
             "sgemm 125.0 GFLOP/s, dgemm 62.5 GFLOP/s; with the forcing variables unset") in opening
+    # GemmFraction's, side by side with the same loops: ±half the interquartile range of 0.04
+    assert ("Timed side by side with the FMA peak's loop as the kernels are (`GemmFraction`), the practical "
+            "roof of a kernel made of matrix products: sgemm 75% ±3% of float32's peak on one thread, "
+            "78% ±3% on 4, dgemm 70% ±3% of float64's peak on one thread, 78% ±3% on 4.") in opening
     headline = section(report, "Headline")
     assert row(headline, "c_tiled", "float32")[4] == "62% ±4%"   # PeakFraction's 0.625, side by side
     assert row(headline, "c_tiled", "float64")[4] == "62% ±4%"
@@ -303,6 +307,7 @@ def test_ceilings_are_the_machines_and_every_throughput_a_share_of_the_fma_peak(
     cells = row(section(report, "Goals"), "c_tiled GFLOP/s ÷ the FMA peak, float32, full, 8 heads, n = 4,096, all "
                                           "threads, timed side by side with its loop")
     assert cells[1:5] == ["0.625 ±4%", "0.6–0.65", "≥ 0.8", "not met"]   # PeakFraction's own spread
+    assert cells[5].endswith("This run's sgemm: 0.78 ±3% of the same peak, side by side (`GemmFraction`)")
 
 
 def test_roofline_places_prefill_under_compute_and_decode_under_bandwidth(report, report_dir):
@@ -1026,8 +1031,8 @@ def test_benchmark_classes_select_as_asv_does():
     assert everything == sorted({name.rsplit(".", 1)[0] for name in suite if name != "version"})
     assert results.benchmark_classes(FIXTURE, "^(?!.*peakmem_)") == everything
     assert results.benchmark_classes(FIXTURE, "float64") == [
-        "bench_attention.MultiHead", "bench_attention.SeqLen", "bench_machine.Ceilings", "bench_machine.PeakFraction",
-        "bench_peers.PeerSpeedup"]
+        "bench_attention.MultiHead", "bench_attention.SeqLen", "bench_machine.Ceilings", "bench_machine.GemmFraction",
+        "bench_machine.PeakFraction", "bench_peers.PeerSpeedup"]
     assert results.benchmark_classes(FIXTURE, "nothing like it") == []
 
 

@@ -2,7 +2,9 @@
 (``Ceilings``: float32's and float64's FMAs; bfloat16's dot products, where the CPU has
 AVX512-BF16), a kernel's fraction of its type's peak timed side by side with the peak's loop
 (``PeakFraction``; every fraction of a peak the report gives is read here), NumPy's BLAS,
-named (``Blas``), its gemm, and the bandwidths.
+named (``Blas``), its gemm, and that gemm's fraction of the same peak timed the same way
+(``GemmFraction``: the practical roof of a kernel made of matrix products), and the
+bandwidths.
 
 bfloat16's roof is the machine's question, not a kernel's: the faster of the two ways this
 CPU can multiply it, its dot-product unit where it has AVX512-BF16 (``vdpbf16ps``) and
@@ -15,7 +17,7 @@ from .. import bench_spec as spec
 from ..ceilings import READ_BYTES
 from ..machine_id import isa_of
 from ..memory import format_bytes
-from ..output import fmt_number, missing, ratio, text
+from ..output import fmt_number, fmt_percent, missing, ratio, text
 from .results import is_external
 
 NO_BF16_UNIT = "no bfloat16 unit (no AVX512-BF16)"
@@ -87,6 +89,12 @@ def peak_fraction(run, kernel, dtype, threads=None, causal=False):
     return fraction
 
 
+def gemm_fraction(run, dtype="float32", threads=None):
+    """NumPy's gemm of ``dtype`` ÷ the type's FMA peak on ``threads`` (default: the budget),
+    timed side by side with the peak's loop (``GemmFraction``); NaN when not measured."""
+    return run.value(spec.GEMM_FRACTION, dtype=dtype, threads=threads or every_thread_count(run))
+
+
 def blas_name(run):
     """The BLAS the gemm figures are of (``Blas``'s parameter), or "the installed BLAS"."""
     names = run.param_values(spec.BLAS_THREADS, "blas")
@@ -126,8 +134,12 @@ def ceilings_text(run):
     unforced = run.value(spec.SGEMM_UNFORCED, blas=blas_name(run))
     unforced_text = ("" if missing(unforced) else
                      f"; with the forcing variables unset (its own choice of kernels) sgemm {text(unforced, gflops_words)}")
+    fractions = ", ".join(f"{gemm} {text(gemm_fraction(run, dtype, 1), fmt_percent)} of {dtype}'s peak on one "
+                          f"thread, {text(gemm_fraction(run, dtype, every), fmt_percent)} on {text(every, fmt_number)}"
+                          for dtype, (gemm, _) in spec.GEMM.items())
     return [f"- **Compute roof, the FMA peak** (csrc/fma_peak.c, the best ISA this CPU runs): {peaks}.",
             f"- **bfloat16's roof:** {bf16_roof_text(run)}.",
-            f"- **BLAS:** {blas_name(run)}: {gemms}{unforced_text}.",
+            f"- **BLAS:** {blas_name(run)}: {gemms}{unforced_text}.  Timed side by side with the FMA peak's loop "
+            f"as the kernels are (`GemmFraction`), the practical roof of a kernel made of matrix products: {fractions}.",
             f"- **Memory roof:** streaming read {text(run.value(spec.READ_BANDWIDTH), lambda v: f'{v:.1f} GB/s')} "
             f"(csrc/read_peak.c, {format_bytes(READ_BYTES)}, every thread); copy {text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (one thread)."]

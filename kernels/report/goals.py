@@ -17,7 +17,7 @@ from .. import bench_spec as spec
 from ..output import Column, Table, fmt_count, fmt_number, interval, missing, ratio, text
 from ..spread import bounds
 from .cache import cache_error, cache_speedup, generate_speedup, over_fastest_peer, worst_read_fraction
-from .ceilings import bf16_dot_is_roof, has_bf16_dot_product, peak_fraction
+from .ceilings import bf16_dot_is_roof, gemm_fraction, has_bf16_dot_product, peak_fraction
 from .decode import CALL_COST_WORDS, cache_read_fraction, call_cost
 from .document import Section
 from .half import half_min_cosine, half_speedup
@@ -32,9 +32,10 @@ from .window import (GOAL_SHAPE, band_fraction, bounded_bytes_growth, bounded_ov
 
 @dataclass(frozen=True)
 class Goal:
-    """``what`` may name {shape} (the headline's heads and n), {peer}, {numpy_n},
-    {decode_n} (the largest prefix the cached decode ran) and {seen_n} (the most tokens a
-    bounded cache was measured after)."""
+    """``what`` and ``source`` may name {shape} (the headline's heads and n), {peer},
+    {numpy_n}, {decode_n} (the largest prefix the cached decode ran), {seen_n} (the most
+    tokens a bounded cache was measured after) and {sgemm_fraction} (NumPy's sgemm ÷ the
+    float32 FMA peak, side by side, every thread)."""
 
     what: str
     measure: Callable     # run -> the measured value, NaN when missing
@@ -176,10 +177,10 @@ GOALS = (
          "the compiled rung level with PyTorch (first asked: 0.6), though Numba gives it no intrinsics of its own choosing"),
     Goal("c_tiled GFLOP/s ÷ the FMA peak, float32, full, {shape}, all threads, " + SIDE_BY_SIDE + " with its loop",
          lambda run: peak_fraction(run, "c_tiled", "float32"), 0.80, True,
-         "once 0.85 of sgemm, but a BLAS's speed is its own (an environment variable can pin it to an older "
-         "core's kernels), not the machine's: both products are gemm-shaped, "
-         "and a good gemm reaches about 0.85 of the FMA peak; the softmax's exp and rescaling cost a little "
-         "more"),
+         "set where a good gemm reached about 0.85 of the FMA peak (once 0.85 of sgemm, but a BLAS's speed is "
+         "its own, not the machine's: an environment variable can pin it to an older core's kernels); both "
+         "products are gemm-shaped, and the softmax's exp and rescaling cost a little more. This run's sgemm: "
+         "{sgemm_fraction} of the same peak, side by side (`GemmFraction`)"),
     *(Goal(kernel + " speed over numpy, float32, one head, n = {numpy_n}, " + SIDE_BY_SIDE,
            lambda run, kernel=kernel: numpy_speedup(run, kernel), 3, True,
            "tiling pays once numpy's n × n scores have left the caches")
@@ -332,13 +333,14 @@ GOALS = (
 def goals(run):
     fields = dict(shape=headline_shape(run), peer=spec.PEER,
                   numpy_n=text(numpy_speedup_seq_len(run), fmt_count),
-                  decode_n=text(_largest_decode(run), fmt_count), seen_n=text(largest_seen(run), fmt_count))
+                  decode_n=text(_largest_decode(run), fmt_count), seen_n=text(largest_seen(run), fmt_count),
+                  sgemm_fraction=text(gemm_fraction(run), fmt_number))
     rows = []
     for goal in GOALS:
         measured = goal.measure(run)
         rows.append([goal.what.format(**fields), measured, interval(measured, fmt_number),
                      ("≥ " if goal.at_least else "≤ ") + fmt_number(goal.target),
-                     goal.verdict(measured, run), goal.source])
+                     goal.verdict(measured, run), goal.source.format(**fields)])
     table = Table("goals", (Column("goal", "goal"), Column("measured", "measured (median)", fmt_number),
                             Column("interval", "interquartile range"), Column("target", "target"),
                             Column("verdict", "verdict"), Column("source", "where the target comes from")),
