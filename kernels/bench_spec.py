@@ -115,9 +115,9 @@ PEAK_FRACTION_ROUNDS = 3 if QUICK else 7
 # CPU: the practical roof of a kernel made of matrix products, read as PeakFraction reads the
 # kernels.  Each side is called untimed for GEMM_FRACTION_SETTLE seconds first, every round
 # (side_by_side's settle): the BLAS's workers spin on after a product, and a peak loop in
-# their wake loses a core to them.  Measured (OpenBLAS 0.3.31, 2-core Xeon, 2 threads, 5
-# rounds): sgemm read 0.93-1.38 of the peak unsettled, 0.70-0.75 after 0.1 s, 0.71-0.75
-# after 0.3 s.
+# their wake loses a core to them.  Measured (OpenBLAS 0.3.31, 2-core Xeon, 2 threads, two
+# runs of 5 rounds each): sgemm read 0.93-1.45 of the peak unsettled, 0.70-0.81 after 0.1 s,
+# 0.71-0.75 after 0.3 s.
 GEMM_FRACTION_ROUNDS = 3 if QUICK else 7
 GEMM_FRACTION_SETTLE = 0.25
 

@@ -2,7 +2,7 @@
 (``Ceilings``: float32's and float64's FMAs; bfloat16's dot products, where the CPU has
 AVX512-BF16), a kernel's fraction of its type's peak timed side by side with the peak's loop
 (``PeakFraction``; every fraction of a peak the report gives is read here), NumPy's BLAS,
-named (``Blas``), its gemm, and that gemm's fraction of the same peak timed the same way
+named (``Blas``), its gemm and that gemm's fraction of the same peak timed the same way
 (``GemmFraction``: the practical roof of a kernel made of matrix products), and the
 bandwidths.
 
