@@ -173,11 +173,11 @@ static void run_keys(const struct shape *sh, int sinks_run, int64_t i, int64_t *
 }
 
 /* Whether the CPU has the features a path's functions are compiled for (their target
-   attributes; every AVX-512F CPU also has FMA). */
+   attributes; every AVX-512F CPU also has FMA, and every one since Skylake DQ). */
 static int cpu_has_avx512(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
 /* bfloat16 dot products, with AVX512BW's 16-bit loads and permutes (every CPU with

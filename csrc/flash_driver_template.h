@@ -178,7 +178,7 @@ static struct SUFFIX(kv) SUFFIX(kv_head)(const struct SUFFIX(kv) *heads, const s
 struct SUFFIX(scratch) {
     packed *qt, *kp, *vp;
     real *st, *ot, *m, *l, *alpha, *staging, *rows;   /* rows: one panel's out rows */
-    real *tile_max;   /* one panel's maxima of its scores (qk_tile's) */
+    real *tile_range;   /* one panel's maxima of its scores, then its minima (qk_tile's) */
     uint32_t *pt;   /* PAIRED: one panel's Pᵀ in pairs of keys */
     int32_t *first, *visible, *panel_keys, *panel_first, *panel_whole;   /* count_visible's */
     const kv_elem *packed_head;           /* kp and vp hold this K/V head's (its K rows) keys ... */
@@ -216,7 +216,7 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
         cache_lines(KEY_CAP / (PAIRED + 1) * dv_pad * sizeof(packed)),
         cache_lines(PAIRED * ops->query_panel * KEY_CAP / 2 * sizeof(uint32_t)),   /* pt */
         cache_lines(ops->query_panel * sh->d_v * sizeof(real)),            /* rows */
-        cache_lines(ops->query_panel * sizeof(real)),                      /* tile_max */
+        cache_lines(2 * ops->query_panel * sizeof(real)),                  /* tile_range */
         /* staging: a tile of Q, K or V converted to real (16-bit, int8), before it is packed */
         cache_lines((size_t)(Q_STAGED * rows * sh->d > KV_TILE_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v)
                              ? Q_STAGED * rows * sh->d : KV_TILE_STAGED * KEY_CAP * max_i64(sh->d, sh->d_v))
@@ -244,7 +244,7 @@ static void SUFFIX(scratch_alloc)(struct SUFFIX(scratch) *sc, const struct shape
     sc->vp = (packed *)block;        block += sizes[12];
     sc->pt = (uint32_t *)block;      block += sizes[13];
     sc->rows = (real *)block;        block += sizes[14];
-    sc->tile_max = (real *)block;    block += sizes[15];
+    sc->tile_range = (real *)block;  block += sizes[15];
     sc->staging = (real *)block;
 }
 
@@ -541,25 +541,25 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
                 continue;
 #if PAIRED
             ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st, KEY_CAP);
-            const real *tile_max = NULL;   /* (the paired qk_tile finds no maxima) */
+            const real *tile_range = NULL;   /* (the paired qk_tile finds no maxima) */
 #else
 #if KV_READ_IN_PLACE
             if (sc->k_in_place)
                 ops->qk_tile(k + j0 * d, d, 1, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, sc->st,
-                             KEY_CAP, sc->tile_max);
+                             KEY_CAP, sc->tile_range);
             else
 #endif
                 ops->qk_tile(sc->kp, 1, KEY_BLOCK, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, sc->st,
-                             KEY_CAP, sc->tile_max);
+                             KEY_CAP, sc->tile_range);
             /* qk_tile's maxima count every score it computed: the softmax's own, unless some
                are masked after or the keys were rounded up to its micro-kernel's */
-            const real *tile_max = whole && *panel_keys % KEY_BLOCK == 0 ? sc->tile_max : NULL;
+            const real *tile_range = whole && *panel_keys % KEY_BLOCK == 0 ? sc->tile_range : NULL;
             (void)scale;   /* (in Qᵀ: pack_qt) */
 #endif
             if (!whole)
                 SUFFIX(mask_band)(sc->st, sc->first + r0, sc->visible + r0, panel_keys, panel, panel);
             ops->online_softmax(sc->st, KEY_CAP, panel_keys, panel, sc->m + r0, sc->l + r0, sc->alpha + r0,
-                                tile_max);
+                                tile_range);
             if (sc->panel_first[r0 / panel] > finite) {
                 SUFFIX(pv_panel_exact)(sc->st, sc->vp, sc->first + r0, sc->visible + r0, sc->alpha + r0, d_v,
                                        panel, sc->ot + r0 * dv_pad);

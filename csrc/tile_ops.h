@@ -279,18 +279,19 @@ struct tile_ops_f32 {
        its panel_keys[p] keys (rounded up to the ISA's micro-kernel: rows past them are
        scratch, their keys read), column p of key j at kp[j / KEY_BLOCK · KEY_BLOCK · d + j %
        KEY_BLOCK · k_key + p · k_col]: packed (pack_k: k_key = 1, k_col = KEY_BLOCK), or K's
-       rows in place (k_key = d, k_col = 1); and tile_max (rows_pad) = each query's largest
-       score of those computed, the rounded-up rows' included */
+       rows in place (k_key = d, k_col = 1); and tile_range (2 · rows_pad) = each query's
+       largest score of those computed, the rounded-up rows' included, then its smallest */
     void (*qk_tile)(const float *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys, const float *qt,
-                    int64_t rows_pad, int64_t d, float *st, int64_t key_cap, float *tile_max);
+                    int64_t rows_pad, int64_t d, float *st, int64_t key_cap, float *tile_range);
     /* per query: m_new = max(m, column max of Sᵀ), Pᵀ = 2^(Sᵀ − m_new) (scores in base-2
        units: the driver's scale holds log2(e)), alpha = 2^(m − m_new), l = alpha · l +
        column sum of Pᵀ, m = m_new
        (measured from 0 instead while m_new = −inf, see online_softmax_panel); the column
-       maxima read from tile_max (qk_tile's) unless it is NULL: the driver passes it when
-       every score qk_tile computed is one the softmax reads, none masked after */
+       maxima read from tile_range (qk_tile's) unless it is NULL: the driver passes it when
+       every score qk_tile computed is one the softmax reads, none masked after. Its minima
+       tell the SIMD operations when no weight can underflow (online_softmax_panel). */
     void (*online_softmax)(float *st, int64_t key_cap, const int32_t *panel_keys,
-                           int64_t rows_pad, float *m, float *l, float *alpha, const float *tile_max);
+                           int64_t rows_pad, float *m, float *l, float *alpha, const float *tile_range);
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ, query r summing over its first visible[r] keys, value column
        c of key j at vp[c / COL_BLOCK · v_block + j · v_key + c % COL_BLOCK]: packed (pack_v:
        v_key = COL_BLOCK, v_block = key_cap · COL_BLOCK), or V's rows in place (v_key = d_v,
@@ -323,9 +324,9 @@ struct tile_ops_f64 {
     void (*transpose)(const double *x, int64_t x_stride, int64_t rows, int64_t cols, const double *scale,
                       double *y, int64_t y_stride);
     void (*qk_tile)(const double *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys, const double *qt,
-                    int64_t rows_pad, int64_t d, double *st, int64_t key_cap, double *tile_max);
+                    int64_t rows_pad, int64_t d, double *st, int64_t key_cap, double *tile_range);
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
-                           int64_t rows_pad, double *m, double *l, double *alpha, const double *tile_max);
+                           int64_t rows_pad, double *m, double *l, double *alpha, const double *tile_range);
     void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
                     const double *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
                     double *ot);
@@ -358,11 +359,11 @@ struct tile_ops_bf16 {
     void (*transpose)(const float *x, int64_t x_stride, int64_t rows, int64_t cols, const float *scale,
                       float *y, int64_t y_stride);
     /* Sᵀ (keys, rows_pad) = scale · K Qᵀ from kp and qt, as tile_ops_f32's qk_tile (the
-       scale not in Qᵀ: rounding q · scale to bfloat16 would cost bits), no tile_max */
+       scale not in Qᵀ: rounding q · scale to bfloat16 would cost bits), no tile_range */
     void (*qk_tile)(const uint32_t *kp, const int32_t *panel_keys, const uint32_t *qt,
                     int64_t rows_pad, int64_t d2, float scale, float *st, int64_t key_cap);
     void (*online_softmax)(float *st, int64_t key_cap, const int32_t *panel_keys,
-                           int64_t rows_pad, float *m, float *l, float *alpha, const float *tile_max);
+                           int64_t rows_pad, float *m, float *l, float *alpha, const float *tile_range);
     /* pt = one panel's Pᵀ (its first keys rows of st, bfloat16 values: online_softmax
        rounds them) in pairs of keys */
     void (*pack_p)(const float *st, int64_t keys, uint32_t *pt);

@@ -27,6 +27,7 @@
 #define ROW_VECS 8     /* 64 value columns per pv_rows pass of one row */
 
 typedef __m256 lane_mask;   /* all-ones lanes */
+#define NO_LANES _mm256_setzero_ps()
 typedef __m256i tail_mask;
 
 /* the lanes q where visible[q] > j, for 8 queries */

@@ -26,6 +26,7 @@
 #define ROW_VECS 8     /* 32 value columns per pv_rows pass of one row */
 
 typedef __m256d lane_mask;   /* all-ones lanes */
+#define NO_LANES _mm256_setzero_pd()
 typedef __m256i tail_mask;
 
 /* the lanes q where visible[q] > j, for 4 queries (the int32 counts widened to 64 bits) */

@@ -1,15 +1,15 @@
-/* float32 tile operations with AVX-512 (F, VL), 16 queries per __m512: the vocabulary and
+/* float32 tile operations with AVX-512 (F, VL, DQ), 16 queries per __m512: the vocabulary and
    the register plan of tile_ops_simd_template.h, which holds the algorithm; and bfloat16's
    with AVX512-BF16's dot products (tile_ops_bf16_dot.h).
    The file is compiled for the baseline ISA; only these functions carry
-   target("avx512f,avx512vl,fma") (the bfloat16 ones also avx512bw and avx512bf16), and
+   target("avx512f,avx512vl,avx512dq,fma") (the bfloat16 ones also avx512bw and avx512bf16), and
    attention.c selects them only on CPUs with those. */
 #include <immintrin.h>
 #include <math.h>
 #include "tile_ops.h"
 
-#define TARGET __attribute__((target("avx512f,avx512vl,fma")))
-#define INLINE_TARGET static inline __attribute__((always_inline, target("avx512f,avx512vl,fma")))
+#define TARGET __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
+#define INLINE_TARGET static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512dq,fma")))
 #define ISA_NAME "avx512"
 #define TILE_OPS tile_ops_avx512_f32
 
@@ -29,6 +29,7 @@
 #define ROW_VECS 4     /* 64 value columns per pv_rows pass of one row */
 
 typedef __mmask16 lane_mask;
+#define NO_LANES ((lane_mask)0)
 typedef __mmask16 tail_mask;
 
 /* the lanes q where visible[q] > j, for 16 queries */
@@ -54,6 +55,10 @@ INLINE_TARGET __m512 v_mul_pow2(__m512 p, __m512 k, __m512 t, lane_mask zero)
     (void)t;
     return _mm512_maskz_scalef_ps((lane_mask)~zero, p, k);
 }
+
+/* x − round(x), to nearest even (imm8 0: no fraction bits kept), exact */
+#define v_round_reduce v_round_reduce
+INLINE_TARGET __m512 v_round_reduce(__m512 x) { return _mm512_reduce_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
 /* the lanes c < n, for a row's last n < 16 columns (n <= 0: none, n >= 16: all) */
 INLINE_TARGET tail_mask lanes_below(int64_t n)
@@ -98,7 +103,7 @@ INLINE_TARGET __m512 v_round_bf16(__m512 x)
     return _mm512_mask_mov_ps(_mm512_castsi512_ps(rounded), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 #define BF16_DOT_OPS tile_ops_avx512_bf16
-#define DOT_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16,fma")))
+#define DOT_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,fma")))
 #define INLINE_DOT_WORD static inline __attribute__((always_inline)) DOT_TARGET
 typedef __m512i pairs;
 #define P(op) pairs_##op

@@ -1,13 +1,13 @@
-/* float64 tile operations with AVX-512 (F, VL), 8 queries per __m512d: the vocabulary and
+/* float64 tile operations with AVX-512 (F, VL, DQ), 8 queries per __m512d: the vocabulary and
    the register plan of tile_ops_simd_template.h, which holds the algorithm.
    The file is compiled for the baseline ISA; only these functions carry
-   target("avx512f,avx512vl,fma"), and attention.c selects them only on CPUs with those. */
+   target("avx512f,avx512vl,avx512dq,fma"), and attention.c selects them only on CPUs with those. */
 #include <immintrin.h>
 #include <math.h>
 #include "tile_ops.h"
 
-#define TARGET __attribute__((target("avx512f,avx512vl,fma")))
-#define INLINE_TARGET static inline __attribute__((always_inline, target("avx512f,avx512vl,fma")))
+#define TARGET __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
+#define INLINE_TARGET static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512dq,fma")))
 #define ISA_NAME "avx512"
 #define TILE_OPS tile_ops_avx512_f64
 
@@ -27,6 +27,7 @@
 #define ROW_VECS 8     /* 64 value columns per pv_rows pass of one row */
 
 typedef __mmask8 lane_mask;
+#define NO_LANES ((lane_mask)0)
 typedef __mmask8 tail_mask;
 
 /* the lanes q where visible[q] > j, for 8 queries */
@@ -52,6 +53,10 @@ INLINE_TARGET __m512d v_mul_pow2(__m512d p, __m512d k, __m512d t, lane_mask zero
     (void)t;
     return _mm512_maskz_scalef_pd((lane_mask)~zero, p, k);
 }
+
+/* x − round(x), to nearest even (imm8 0: no fraction bits kept), exact */
+#define v_round_reduce v_round_reduce
+INLINE_TARGET __m512d v_round_reduce(__m512d x) { return _mm512_reduce_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
 /* the lanes c < n, for a row's last n < 8 columns (n <= 0: none, n >= 8: all) */
 INLINE_TARGET tail_mask lanes_below(int64_t n)

@@ -60,9 +60,9 @@ static DOT_TARGET void qk_tile_dot(const uint32_t *kp, const int32_t *panel_keys
 
 /* online_softmax with P rounded to bfloat16 (tile_ops_simd_template.h's WEIGHT) */
 static TARGET void online_softmax_rounded(real *st, int64_t key_cap, const int32_t *panel_keys,
-                                          int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_max)
+                                          int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_range)
 {
-    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, tile_max, 1, PANEL_VECS);
+    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, tile_range, 1, PANEL_VECS);
 }
 
 static TARGET real online_softmax_row_rounded(real *s, int64_t keys, real *m, real *l)

@@ -45,6 +45,7 @@ typedef struct {
 #define ROW_VECS 4
 
 typedef uint16_t lane_mask;   /* bit i: lane i, as a __mmask16 */
+#define NO_LANES ((lane_mask)0)
 typedef uint16_t tail_mask;
 
 #define EACH_LANE(i) for (int i = 0; i < LANES; i++)
@@ -89,6 +90,7 @@ EMULATED_BINARY(mul, a.lane[i] * b.lane[i])
 EMULATED_BINARY(add, a.lane[i] + b.lane[i])
 EMULATED_BINARY(sub, a.lane[i] - b.lane[i])
 EMULATED_BINARY(max, a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i])   /* vmaxps: b if either is NaN */
+EMULATED_BINARY(min, a.lane[i] < b.lane[i] ? a.lane[i] : b.lane[i])   /* vminps: b if either is NaN */
 
 INSTRUCTION lane_mask lanes_seeing(const int32_t *visible, int64_t j)
 {
@@ -135,6 +137,15 @@ INSTRUCTION vec v_mul_pow2(vec p, vec k, vec t, lane_mask zero)
                     : p.lane[i] * (e > 0 ? INFINITY : e < 0 ? 0.0f : e);
     }
     return p;
+}
+
+/* vreduceps to nearest even, no fraction bits kept: x − rintf(x), exact (and +0 at ±inf,
+   which v_exp2 clears) */
+#define v_round_reduce v_round_reduce
+INSTRUCTION vec v_round_reduce(vec x)
+{
+    EACH_LANE(i) x.lane[i] = isinf(x.lane[i]) ? 0.0f : x.lane[i] - rintf(x.lane[i]);
+    return x;
 }
 
 INSTRUCTION tail_mask lanes_below(int64_t n)

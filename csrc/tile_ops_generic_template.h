@@ -6,15 +6,18 @@
 #define GENERIC_QUERY_PANEL 8
 
 /* Sᵀ (keys, rows_pad) = K (keys, d) · Qᵀ (d, rows_pad), K packed or in place, and each
-   query's largest score in tile_max (tile_ops.h) */
+   query's largest and smallest score in tile_range (tile_ops.h) */
 static void SUFFIX(qk_tile_generic)(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
                                     const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
-                                    real *tile_max)
+                                    real *tile_range)
 {
+    real *tile_max = tile_range, *tile_min = tile_range + rows_pad;
     for (int64_t r0 = 0; r0 < rows_pad; r0 += GENERIC_QUERY_PANEL) {
         const real *panel = qt + r0 * d;                 /* (d, GENERIC_QUERY_PANEL) */
-        for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++)
+        for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++) {
             tile_max[r0 + lane] = -INFINITY;
+            tile_min[r0 + lane] = INFINITY;
+        }
         for (int64_t j = 0; j < panel_keys[r0 / GENERIC_QUERY_PANEL]; j++) {
             const real *kj = kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK * k_key;   /* kj[p * k_col] */
             /* Summed in double: without FMA each float32 product would be rounded before the
@@ -28,14 +31,17 @@ static void SUFFIX(qk_tile_generic)(const real *kp, int64_t k_key, int64_t k_col
                 st[r0 * key_cap + j * GENERIC_QUERY_PANEL + lane] = score;
                 if (score > tile_max[r0 + lane])   /* false for NaN, as in online_softmax_generic */
                     tile_max[r0 + lane] = score;
+                if (score < tile_min[r0 + lane])
+                    tile_min[r0 + lane] = score;
             }
         }
     }
 }
 
 static void SUFFIX(online_softmax_generic)(real *st, int64_t key_cap, const int32_t *panel_keys,
-                                           int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_max)
+                                           int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_range)
 {
+    const real *tile_max = tile_range;   /* (the minima: for the SIMD operations) */
     for (int64_t r = 0; r < rows_pad; r++) {
         const int64_t keys = panel_keys[r / GENERIC_QUERY_PANEL];
         /* query r's scores: s[j * GENERIC_QUERY_PANEL], j < keys */

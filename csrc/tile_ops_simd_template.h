@@ -13,6 +13,9 @@
      v_fmadd_where(mask, a, b, acc)   acc + a·b in the lanes of mask, acc (untouched) elsewhere
      v_mul_pow2(p, k, t, zero)   p · 2^k, for integral k also held as k + bias in t's low
                             bits, and 0 in the lanes of mask zero (v_exp2)
+     NO_LANES               the lane_mask of no lane
+     v_round_reduce(x)      optional: x − round(x), rounded to nearest even (exact), in one
+                            instruction (AVX-512DQ's vreduce); v_exp2 then takes no t
      tail_mask, lanes_below(n)  the lanes c < n, for a row's last columns
      v_load_first(p, m), v_store_first(p, m, x)   loads and stores of the lanes of tail mask m
      v_hsum(x), v_hmax(x)   the sum and the max of the lanes
@@ -65,18 +68,28 @@ _Static_assert(ROW_KEYS >= ROW_GROUP && ROW_VECS >= ROW_GROUP,
 
 /* 2^x on every lane (constants and accuracy in tile_ops_exp.h). The result is 0 below the
    underflow bound and at −inf; NaN gives NaN: p(NaN) is NaN, and only lanes where x < bound,
-   false for NaN, are cleared. */
-INLINE_TARGET vec v_exp2(vec x)
+   false for NaN, are cleared. A caller that knows every x is finite and at least the bound
+   says so (bounded, a constant), and the compare and the clearing are left out: two
+   operations of the twelve a score costs in the softmax on AVX2, the compare into a mask
+   register on AVX-512. With v_round_reduce, r and k take two operations where the rounding
+   constant's addition takes three: the same r and k (but at halves, which either rounding
+   splits exactly), the same bits. */
+INLINE_TARGET vec v_exp2(vec x, const int bounded)
 {
+#ifdef v_round_reduce
+    const vec r = v_round_reduce(x);
+    const vec k = V(sub)(x, r), t = k;   /* (no biased copy: v_mul_pow2 then reads k alone) */
+#else
     const vec round_biased = V(set1)(SUFFIX(exp2_round_biased));
     const vec t = V(add)(x, round_biased);
     const vec k = V(sub)(t, round_biased);
     const vec r = V(sub)(x, k);
+#endif
     vec p = V(set1)(SUFFIX(exp2_poly)[0]);
     UNROLL
     for (int i = 1; i < (int)(sizeof SUFFIX(exp2_poly) / sizeof SUFFIX(exp2_poly)[0]); i++)
         p = V(fmadd)(p, r, V(set1)(SUFFIX(exp2_poly)[i]));
-    return v_mul_pow2(p, k, t, v_lt(x, V(set1)(SUFFIX(exp2_underflow))));
+    return v_mul_pow2(p, k, t, bounded ? NO_LANES : v_lt(x, V(set1)(SUFFIX(exp2_underflow))));
 }
 
 /* The query-tile operations come in two widths: the register plan's panel of PANEL_VECS
@@ -91,10 +104,11 @@ INLINE_TARGET vec v_exp2(vec x)
    tile_ops.h); per step vecs loads, MICRO_KEYS broadcasts, MICRO_KEYS · vecs FMAs. The
    panel's running maxima tile_max take the new scores on their way out: the softmax then
    need not read Sᵀ twice, and an op per score vector that would have scaled it (the scale
-   is in Qᵀ) finds them instead. max(score, m) keeps m for a NaN score, as the softmax's own
-   pass does. */
+   is in Qᵀ) finds them instead; the minima tile_min too, from which the softmax learns
+   whether any weight can underflow. max(score, m) keeps m for a NaN score, as the softmax's
+   own pass does (and min likewise). */
 INLINE_TARGET void qk_micro(const real *kp, int64_t k_key, int64_t k_col, const real *qt, int64_t d, real *st,
-                            real *tile_max, const int vecs)
+                            real *tile_max, real *tile_min, const int vecs)
 {
     const int64_t panel = vecs * LANES;
     vec acc[MICRO_KEYS][PANEL_VECS];
@@ -118,29 +132,33 @@ INLINE_TARGET void qk_micro(const real *kp, int64_t k_key, int64_t k_col, const 
     }
     UNROLL
     for (int c = 0; c < vecs; c++) {
-        vec m = V(load)(tile_max + LANES * c);
+        vec m = V(load)(tile_max + LANES * c), low = V(load)(tile_min + LANES * c);
         UNROLL
         for (int i = 0; i < MICRO_KEYS; i++) {
             V(store)(st + i * panel + LANES * c, acc[i][c]);
             m = V(max)(acc[i][c], m);
+            low = V(min)(acc[i][c], low);
         }
         V(store)(tile_max + LANES * c, m);
+        V(store)(tile_min + LANES * c, low);
     }
 }
 
 INLINE_TARGET void qk_tile_of(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
                               const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
-                              real *tile_max, const int vecs)
+                              real *tile_range, const int vecs)
 {
     const int64_t panel = vecs * LANES;
     /* Panel outer: one Qᵀ panel (d × panel) stays in L1 while the tile's keys stream past it. */
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
         UNROLL
-        for (int c = 0; c < vecs; c++)
-            V(store)(tile_max + r0 + LANES * c, V(set1)(-INFINITY));
+        for (int c = 0; c < vecs; c++) {
+            V(store)(tile_range + r0 + LANES * c, V(set1)(-INFINITY));
+            V(store)(tile_range + rows_pad + r0 + LANES * c, V(set1)(INFINITY));
+        }
         for (int64_t j = 0; j < panel_keys[r0 / panel]; j += MICRO_KEYS)
             qk_micro(kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK * k_key, k_key, k_col, qt + r0 * d, d,
-                     st + r0 * key_cap + j * panel, tile_max + r0, vecs);
+                     st + r0 * key_cap + j * panel, tile_range + r0, tile_range + rows_pad + r0, vecs);
     }
 }
 
@@ -148,25 +166,25 @@ INLINE_TARGET void qk_tile_of(const real *kp, int64_t k_key, int64_t k_col, cons
    from one pointer (with them passed as variables the large calls ran 3% slower) */
 INLINE_TARGET void qk_tile_strided(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
                                    const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
-                                   real *tile_max, const int vecs)
+                                   real *tile_range, const int vecs)
 {
     if (k_key == 1 && k_col == KEY_BLOCK)
-        qk_tile_of(kp, 1, KEY_BLOCK, panel_keys, qt, rows_pad, d, st, key_cap, tile_max, vecs);
+        qk_tile_of(kp, 1, KEY_BLOCK, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, vecs);
     else
-        qk_tile_of(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_max, vecs);
+        qk_tile_of(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, vecs);
 }
 
 static TARGET void qk_tile(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
-                           const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap, real *tile_max)
+                           const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap, real *tile_range)
 {
-    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_max, PANEL_VECS);
+    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, PANEL_VECS);
 }
 
 static TARGET void qk_tile_narrow(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
                                   const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
-                                  real *tile_max)
+                                  real *tile_range)
 {
-    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_max, PANEL_VECS - 1);
+    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, PANEL_VECS - 1);
 }
 
 /* P as the products take it: as computed, or, for the bfloat16 dot products (round_bf16),
@@ -178,11 +196,32 @@ static TARGET void qk_tile_narrow(const real *kp, int64_t k_key, int64_t k_col, 
 #define WEIGHT(p, round_bf16) ((void)(round_bf16), (p))
 #endif
 
+/* The weights of a panel's keys, Pᵀ = 2^(Sᵀ − m_ref) in place, and their sums per query
+   added to sum: the vecs vectors of a key's row are loaded together and give that many
+   independent 2^x computations (bounded: v_exp2's) */
+INLINE_TARGET void panel_weights(real *st, int64_t keys, const vec *m_ref, vec *sum, const int round_bf16,
+                                 const int bounded, const int vecs)
+{
+    const int64_t panel = vecs * LANES;
+    for (int64_t j = 0; j < keys; j++)
+        UNROLL
+        for (int c = 0; c < vecs; c++) {
+            real *s = st + j * panel + LANES * c;
+            const vec p = WEIGHT(v_exp2(V(sub)(V(load)(s), m_ref[c]), bounded), round_bf16);
+            V(store)(s, p);
+            sum[c] = V(add)(sum[c], p);
+        }
+}
+
 /* The online softmax of one panel of queries (see tile_ops.h), the panel's maxima of its
-   scores from tile_max (qk_tile's) or, NULL, found here. The vecs vectors of a key's row are
-   loaded together and give that many independent 2^x computations. */
+   scores from tile_max (qk_tile's) or, NULL, found here; and with them its minima,
+   tile_min: when each query's smallest score less its m_ref is at least the underflow bound,
+   then so is every score's, and no weight needs the underflow's compare (v_exp2's bounded).
+   Scores that spread wider than that (a weight below 2^−126 beside the row's largest, 1)
+   take the compare: unmasked, vscalef's subnormal results ran the call 8 to 15 times slower. */
 INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l, real *alpha,
-                                        const real *tile_max, const int round_bf16, const int vecs)
+                                        const real *tile_max, const real *tile_min, const int round_bf16,
+                                        const int vecs)
 {
     const int64_t panel = vecs * LANES;
     vec m_old[PANEL_VECS], m_new[PANEL_VECS], m_ref[PANEL_VECS], sum[PANEL_VECS];
@@ -207,42 +246,52 @@ INLINE_TARGET void online_softmax_panel(real *st, int64_t keys, real *m, real *l
         m_ref[c] = v_zero_where(v_eq(m_new[c], V(set1)(-INFINITY)), m_new[c]);
         sum[c] = V(setzero)();
     }
-    for (int64_t j = 0; j < keys; j++)
+    /* (x − m_ref rounds monotonically: the smallest score gives the smallest x; a −inf or
+       NaN minimum fails the test) */
+    int bounded = tile_min != NULL;
+    if (bounded) {
+        real ref[PANEL_VECS * LANES];
         UNROLL
-        for (int c = 0; c < vecs; c++) {
-            real *s = st + j * panel + LANES * c;
-            const vec p = WEIGHT(v_exp2(V(sub)(V(load)(s), m_ref[c])), round_bf16);
-            V(store)(s, p);
-            sum[c] = V(add)(sum[c], p);
-        }
+        for (int c = 0; c < vecs; c++)
+            V(storeu)(ref + LANES * c, m_ref[c]);
+        for (int64_t r = 0; r < panel; r++)
+            bounded &= tile_min[r] - ref[r] >= SUFFIX(exp2_underflow);
+    }
+    if (bounded)
+        panel_weights(st, keys, m_ref, sum, round_bf16, 1, vecs);
+    else
+        panel_weights(st, keys, m_ref, sum, round_bf16, 0, vecs);
     UNROLL
     for (int c = 0; c < vecs; c++) {
-        const vec a = v_exp2(V(sub)(m_old[c], m_ref[c]));
+        const vec a = v_exp2(V(sub)(m_old[c], m_ref[c]), 0);
         V(store)(alpha + LANES * c, a);
         V(store)(l + LANES * c, V(fmadd)(a, V(load)(l + LANES * c), sum[c]));
         V(store)(m + LANES * c, m_new[c]);
     }
 }
 
+/* the query tile's panels in turn; tile_range (tile_ops.h) holds rows_pad maxima, then as
+   many minima */
 INLINE_TARGET void online_softmax_of(real *st, int64_t key_cap, const int32_t *panel_keys, int64_t rows_pad,
-                                     real *m, real *l, real *alpha, const real *tile_max, const int round_bf16,
+                                     real *m, real *l, real *alpha, const real *tile_range, const int round_bf16,
                                      const int vecs)
 {
     for (int64_t r0 = 0; r0 < rows_pad; r0 += vecs * LANES)
         online_softmax_panel(st + r0 * key_cap, panel_keys[r0 / (vecs * LANES)], m + r0, l + r0, alpha + r0,
-                             tile_max ? tile_max + r0 : NULL, round_bf16, vecs);
+                             tile_range ? tile_range + r0 : NULL, tile_range ? tile_range + rows_pad + r0 : NULL,
+                             round_bf16, vecs);
 }
 
 static TARGET void online_softmax(real *st, int64_t key_cap, const int32_t *panel_keys,
-                                  int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_max)
+                                  int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_range)
 {
-    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, tile_max, 0, PANEL_VECS);
+    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, tile_range, 0, PANEL_VECS);
 }
 
 static TARGET void online_softmax_narrow(real *st, int64_t key_cap, const int32_t *panel_keys,
-                                         int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_max)
+                                         int64_t rows_pad, real *m, real *l, real *alpha, const real *tile_range)
 {
-    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, tile_max, 0, PANEL_VECS - 1);
+    online_softmax_of(st, key_cap, panel_keys, rows_pad, m, l, alpha, tile_range, 0, PANEL_VECS - 1);
 }
 
 /* Oᵀ (MICRO_COLS, panel) = alpha ⊙ Oᵀ + Vᵀ (MICRO_COLS columns, keys) · Pᵀ panel (keys,
@@ -342,12 +391,12 @@ INLINE_TARGET real online_softmax_row_of(real *s, int64_t keys, real *m, real *l
     const vec ref = V(set1)(m_ref);
     vec sum = V(setzero)();
     for (int64_t j = 0; j < padded; j += LANES) {
-        const vec p = WEIGHT(v_exp2(V(sub)(V(loadu)(s + j), ref)), round_bf16);
+        const vec p = WEIGHT(v_exp2(V(sub)(V(loadu)(s + j), ref), 0), round_bf16);
         V(storeu)(s + j, p);
         sum = V(add)(sum, p);
     }
     real alpha[LANES];
-    V(storeu)(alpha, v_exp2(V(set1)(*m - m_ref)));
+    V(storeu)(alpha, v_exp2(V(set1)(*m - m_ref), 0));
     *l = alpha[0] * *l + v_hsum(sum);
     *m = m_new;
     return alpha[0];

@@ -115,3 +115,26 @@ def test_calls_of_any_size_in_turn_share_each_threads_kept_scratch():
         # float32: each score sums d products of unit normals (its rounding error grows as
         # sqrt(d) ulp of its size), the output a convex blend of V rows of unit size
         np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5 * np.sqrt(d))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_rows_beside_one_whose_weights_underflow_keep_their_bits(isa, dtype):
+    """The SIMD softmax leaves the underflow's compare out of a panel whose queries' scores
+    all lie within the underflow bound of their maxima (qk_tile's minima, csrc/
+    tile_ops_simd_template.h), and keeps it where one query's spread past it: a weight below
+    2^-126 (float64: 2^-1022) beside the row's largest is 0.  Both give a lane the same bits,
+    so 47 ordinary rows come out as alone beside a row whose scores spread over thousands
+    (natural units: float32's bound is 87 below the max, float64's 708).  That row is all
+    but its top key's value row, and stays it: finite, and within 1e-3 of the values' scale
+    of the float64 reference (its error is a few roundings of numbers of that scale)."""
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 256, 64)).astype(dtype) for _ in range(3))
+    q[0, 0] *= 400   # scores of sd 400 · 8 · 0.125 = 400
+    compute = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+    whole, alone = np.empty((1, 256, 64), compute), np.empty((1, 255, 64), compute)
+    c_tiled.run(q, k, v, whole, False, 0.125)
+    c_tiled.run(np.ascontiguousarray(q[:, 1:]), k, v, alone, False, 0.125)
+    assert np.array_equal(whole[:, 1:], alone)
+    ref = reference_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), scale=0.125)
+    assert np.isfinite(whole[0, 0]).all()
+    assert np.abs(whole[0, 0] - ref[0, 0]).max() < 1e-3 * np.abs(v).max()
