@@ -285,7 +285,8 @@ INSTRUCTION pairs pairs_of_rows(const uint16_t *a, const uint16_t *b, int64_t n)
     return x;
 }
 
-/* the packing moves values only: any exact transpose is the real path's */
+/* the packing moves values, each times a scale or not (one rounding, as every path's
+   transpose multiplies): any exact transpose is the real path's */
 #define TRANSPOSE transpose_generic_f32
 
 #include "tile_ops_simd_template.h"
