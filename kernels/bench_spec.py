@@ -67,8 +67,10 @@ MODEL_FORWARD_SEQ_LENS = (64, 512) if QUICK else (64, 128, 256, 512)
 # Decode: one new token's query (8 heads, d = 64, float32) against a KV cache of n tokens,
 # and the same token by recomputing causal attention over the whole prefix (capped: at
 # n = 65,536 that takes minutes; the fitted slope carries it further).  TinyCall: one head,
-# n = 64, where a call's fixed cost shows.
-DECODE_SEQ_LENS = (256, 4096, 65536) if QUICK else (256, 1024, 4096, 16384, 65536)
+# n = 64, where a call's fixed cost shows.  Quick: caches up to CACHE_SEQ_LEN's 16,384 tokens
+# (each of the 27 processes that reads a cache of 65,536 spends 2-4 s drawing and filling
+# its 256 MiB).
+DECODE_SEQ_LENS = (256, 4096, 16384) if QUICK else (256, 1024, 4096, 16384, 65536)
 RECOMPUTE_SEQ_LENS = tuple(n for n in DECODE_SEQ_LENS if n <= (4096 if QUICK else 16384))
 DECODE_DTYPE = "float32"
 TINY_SEQ_LEN = 64
@@ -142,7 +144,9 @@ MODEL_OVER_NUMPY_ROUNDS = {64: 5, 512: 3} if QUICK else {64: 15, 512: 5}
 # attention.  Calls per block: enough for a stable median within a second.
 CONTEXT_KERNELS = ("numpy", *TILED, *PEER_NAMES)
 CONTEXT_SHAPES = {"tiny": (1, TINY_SEQ_LEN, HEAD_DIM), "layer": (12, 512, 32)}
-if QUICK:  # each case is two processes of seconds: the layer, the shape of the goals' worst case
+if QUICK:  # each case is two processes of seconds (a peer's: its library imported in both):
+    # our kernels on the layer, the shape of the goals' worst case
+    CONTEXT_KERNELS = ("numpy", *TILED)
     CONTEXT_SHAPES = {"layer": CONTEXT_SHAPES["layer"]}
 CONTEXTS = ("between_matmuls", "between_matmuls_blas_sleeps", "busy_process")
 CONTEXT_DTYPE = "float32"
