@@ -19,7 +19,8 @@ Step by step, each asv call on this interpreter (``--python=same``):
 2. ``asv run --bench just-discover``: the suite's benchmarks.json, from which
    ``kernels.report.results.benchmark_classes`` picks the classes ``--bench`` selects.
 3. Each class, in name order: ``asv run --set-commit-hash HEAD --bench
-   "^(?=module\\.Class\\.)(?=.*(?:REGEX))"`` between two runs of the calibration workload
+   "^(?=module\\.Class\\.)(?=.*(?:REGEX))"`` (``ATTNBENCH_PRELOAD_PEERS=0`` for a class none
+   of whose parameters names a peer: ``names_a_peer``) between two runs of the calibration workload
    (``kernels.calibration``, before and after, into ``<commit8>-calibration.jsonl`` beside
    the results).  A progress line before and after each: which class, how many of how
    many, the time it took and the time elapsed.
@@ -49,6 +50,7 @@ from typing import Optional
 from . import machine_id
 from .api import USER_ERRORS
 from .processes import run_command, sigterm_as_keyboard_interrupt
+from .registry import PEER_NAMES
 
 RESULTS = pathlib.Path(".asv/results")   # asv.conf.json's results_dir
 OUT = pathlib.Path("reports")
@@ -56,6 +58,7 @@ CONFIG = pathlib.Path("asv.conf.json")
 # --quick without --bench: all but asv's whole-process peakmem_ and the memory wall
 QUICK_SELECTION = "^(?!.*(peakmem_|MemoryWall))"
 INTERRUPTED = 130                        # the shell's status for a run stopped by SIGINT
+PRELOAD_PEERS = "ATTNBENCH_PRELOAD_PEERS"  # "0": asv's forkserver imports no peer (benchmarks/__init__.py)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,22 @@ def selected_benchmarks(suite, name, selection):
     return chosen
 
 
+def read_suite(results_dir):
+    """asv's benchmarks.json in ``results_dir``, as {benchmark name: meta}."""
+    path = pathlib.Path(results_dir) / "benchmarks.json"
+    return {name: meta for name, meta in json.loads(path.read_text(encoding="utf-8")).items()
+            if isinstance(meta, dict)}
+
+
+def names_a_peer(suite, benchmarks):
+    """Whether a parameter of one of ``benchmarks`` (names in ``suite``, benchmarks.json)
+    takes a peer's name: only then does a class need the peers' libraries, which asv's
+    forkserver otherwise imports for it (seconds, with every peer installed)."""
+    peers = {repr(name) for name in PEER_NAMES}
+    return any(value in peers for name in benchmarks for values in suite[name].get("params") or ()
+               for value in values)
+
+
 def measured_already(results_dir, machine, commit, python=None):
     """(the benchmarks whose results of ``commit`` on ``machine``, from this interpreter's
     asv environment, asv's ``--skip-existing-successful`` keeps: measured by the benchmark's
@@ -144,9 +163,7 @@ def measured_already(results_dir, machine, commit, python=None):
     benchmarks.json as {name: meta}).  asv's own reader decides, as ``asv run`` does."""
     from asv import results
 
-    suite_path = pathlib.Path(results_dir) / "benchmarks.json"
-    suite = {name: meta for name, meta in json.loads(suite_path.read_text(encoding="utf-8")).items()
-             if isinstance(meta, dict)}
+    suite = read_suite(results_dir)
     env_name = environment_name(python)
     done = set()
     with contextlib.suppress(OSError):  # OSError: no results of this machine yet
@@ -238,9 +255,9 @@ class Bench:
     def elapsed(self):
         return clock(self.now() - self.started)
 
-    def asv_run(self, *argv):
+    def asv_run(self, *argv, env=None):
         return run_command([*asv(), "run", *self.options.asv_flags, "--machine", self.machine, *argv],
-                           env=self.options.environment)
+                           env={**self.options.environment, **(env or {})})
 
     @property
     def calibration_file(self):
@@ -291,7 +308,7 @@ class Bench:
         outcome.classes = classes
         if not classes:
             return
-        resumed = self.resumed(classes)
+        resumed, suite = self.resumed(classes), read_suite(self.results)
         count = f"{len(classes)} class{'' if len(classes) == 1 else 'es'}"
         say(f"{count}, {len(resumed)} measured already (--resume skips them): {len(classes) - len(resumed)} to run"
             if resumed else f"{count} to run")
@@ -303,10 +320,12 @@ class Bench:
                 continue
             say(f"{step} (elapsed {self.elapsed()})")
             start = self.now()
+            peers = names_a_peer(suite, selected_benchmarks(suite, name, self.options.selection))
             self.calibrate(name, "before")
             try:
                 status = self.asv_run("--set-commit-hash", self.commit,
-                                      "--bench", class_selection(name, self.options.selection))
+                                      "--bench", class_selection(name, self.options.selection),
+                                      env={PRELOAD_PEERS: "1" if peers else "0"})
             except KeyboardInterrupt:
                 outcome.stopped = name
                 say(f"{step} interrupted after {clock(self.now() - start)}: its results are lost, "

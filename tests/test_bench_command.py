@@ -120,8 +120,9 @@ def test_asv_is_called_as_the_makefile_called_it(project, capsys):
     (_, machine, _), (_, discover, env), (_, calibrate, _), (name, run, class_env) = asv.calls[:4]
     assert machine == ["--machine", "testbox"]
     assert discover == ["run", "--python=same", "--machine", "testbox", "--bench", "just-discover"]
-    assert env == class_env == {"ATTNBENCH_QUICK": "0"}
+    assert env == {"ATTNBENCH_QUICK": "0"}
     assert name == "bench_attention.MemoryWall"
+    assert class_env == {"ATTNBENCH_QUICK": "0", "ATTNBENCH_PRELOAD_PEERS": "1"}   # it times torch_sdpa
     assert run == ["run", "--python=same", "--machine", "testbox", "--set-commit-hash", COMMIT,
                    "--bench", r"^(?=bench_attention\.MemoryWall\.)(?=.*(?:))"]
 
@@ -163,11 +164,29 @@ def test_quick_leaves_out_peakmem_and_the_memory_wall_and_says_so_to_asv_and_the
     assert asv.classes() == benchmark_classes(FIXTURE, bench_run.QUICK_SELECTION)
     assert "bench_attention.MemoryWall" not in asv.classes()
     what, run, env = asv.calls[3]
-    assert env == {"ATTNBENCH_QUICK": "1", "ATTNBENCH_THREADS": "3"}
     assert run[:3] == ["run", "--python=same", "--quick"]
     assert run[-1] == rf"^(?={re.escape(what)}\.)(?=.*(?:^(?!.*(peakmem_|MemoryWall))))"
-    assert all(env == {"ATTNBENCH_QUICK": "1", "ATTNBENCH_THREADS": "3"}
+    assert all({key: value for key, value in env.items() if key != "ATTNBENCH_PRELOAD_PEERS"}
+               == {"ATTNBENCH_QUICK": "1", "ATTNBENCH_THREADS": "3"}
                for what, _, env in asv.calls if what not in ("machine", "calibrate"))
+
+
+def test_asvs_server_preloads_the_peers_only_for_a_class_whose_parameters_name_one(project, capsys):
+    """A class none of whose benchmarks takes a peer's name is run with
+    ATTNBENCH_PRELOAD_PEERS=0 (benchmarks/__init__.py: the forkserver then imports our rungs
+    only); one that times a peer, and asv's discovery, are not told to leave them out."""
+    fake, _ = project
+    asv = fake()
+    bench(asv, capsys)
+    suite = json.loads((FIXTURE / "benchmarks.json").read_text())
+    told = {what: env.get("ATTNBENCH_PRELOAD_PEERS") for what, _, env in asv.calls
+            if what not in ("machine", "calibrate")}
+    assert told.pop("discover") is None
+    with_peers = {name.rsplit(".", 1)[0] for name, meta in suite.items() if isinstance(meta, dict)
+                  and any("'torch_sdpa'" in values for values in meta.get("params") or ())}
+    assert {"bench_attention.SeqLen", "bench_peers.PeerSpeedup"} <= with_peers
+    assert {"bench_machine.Startup", "bench_machine.Ceilings"} <= set(told) - with_peers
+    assert told == {name: "1" if name in with_peers else "0" for name in EVERY_CLASS}
 
 
 def test_bench_selects_the_classes_as_asv_selects_benchmarks(project, capsys):

@@ -306,3 +306,19 @@ def test_the_suite_preloads_the_kernels_in_asvs_forkserver_only(project_root, ar
     result = subprocess.run([sys.executable, "-c", code], cwd=project_root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(preloaded)] * 2
+
+
+@pytest.mark.parametrize("told, peer_loaded", [(None, True), ("1", True), ("0", False)])
+def test_the_forkserver_leaves_the_peers_out_when_told(project_root, told, peer_loaded):
+    """ATTNBENCH_PRELOAD_PEERS=0 (make bench's, for a class that times no peer): the server
+    loads our rungs and no peer's module.  A registered peer whose module is a small stdlib
+    one stands in for the real peers, installed or not."""
+    code = ("import sys; import kernels; from kernels.registry import Kernel; "
+            "kernels.KERNELS['stand_in_peer'] = Kernel('stand_in_peer', 'a peer', 'O(n)', 'colorsys', external=True); "
+            "sys.argv = ['benchmark.py', 'run_server', 'benchmarks', 'socket']; import benchmarks; "
+            "print('kernels.rungs.rung4_c_tiled' in sys.modules, 'colorsys' in sys.modules)")
+    env = {key: value for key, value in os.environ.items() if key != "ATTNBENCH_PRELOAD_PEERS"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=project_root, capture_output=True, text=True,
+                            env=env if told is None else {**env, "ATTNBENCH_PRELOAD_PEERS": told})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", str(peer_loaded)]
