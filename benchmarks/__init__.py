@@ -20,9 +20,10 @@ import numpy as np
 
 import kernels
 from kernels.api import ExtensionNotBuilt
+from kernels.bench_run import PRELOAD_PEERS_VARIABLE
 
 ASV_FORKSERVER = sys.argv[1:2] == ["run_server"]
-PRELOAD_PEERS = os.environ.get("ATTNBENCH_PRELOAD_PEERS") != "0"
+PRELOAD_PEERS = os.environ.get(PRELOAD_PEERS_VARIABLE) != "0"
 
 
 def _preload():

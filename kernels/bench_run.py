@@ -58,7 +58,7 @@ CONFIG = pathlib.Path("asv.conf.json")
 # --quick without --bench: all but asv's whole-process peakmem_ and the memory wall
 QUICK_SELECTION = "^(?!.*(peakmem_|MemoryWall))"
 INTERRUPTED = 130                        # the shell's status for a run stopped by SIGINT
-PRELOAD_PEERS = "ATTNBENCH_PRELOAD_PEERS"  # "0": asv's forkserver imports no peer (benchmarks/__init__.py)
+PRELOAD_PEERS_VARIABLE = "ATTNBENCH_PRELOAD_PEERS"  # "0": asv's forkserver imports no peer (benchmarks/__init__.py)
 
 
 @dataclass(frozen=True)
@@ -325,7 +325,7 @@ class Bench:
             try:
                 status = self.asv_run("--set-commit-hash", self.commit,
                                       "--bench", class_selection(name, self.options.selection),
-                                      env={PRELOAD_PEERS: "1" if peers else "0"})
+                                      env={PRELOAD_PEERS_VARIABLE: "1" if peers else "0"})
             except KeyboardInterrupt:
                 outcome.stopped = name
                 say(f"{step} interrupted after {clock(self.now() - start)}: its results are lost, "
