@@ -37,7 +37,6 @@ which classes ran on a disturbed machine).
 """
 import contextlib
 import itertools
-import json
 import os
 import pathlib
 import re
@@ -140,13 +139,6 @@ def selected_benchmarks(suite, name, selection):
     return chosen
 
 
-def read_suite(results_dir):
-    """asv's benchmarks.json in ``results_dir``, as {benchmark name: meta}."""
-    path = pathlib.Path(results_dir) / "benchmarks.json"
-    return {name: meta for name, meta in json.loads(path.read_text(encoding="utf-8")).items()
-            if isinstance(meta, dict)}
-
-
 def names_a_peer(suite, benchmarks):
     """Whether a parameter of one of ``benchmarks`` (names in ``suite``, benchmarks.json)
     takes a peer's name: only then does a class need the peers' libraries, which asv's
@@ -162,6 +154,8 @@ def measured_already(results_dir, machine, commit, python=None):
     current version, no parameter combination failed, a skipped one counting as done;
     benchmarks.json as {name: meta}).  asv's own reader decides, as ``asv run`` does."""
     from asv import results
+
+    from .report.results import read_suite
 
     suite = read_suite(results_dir)
     env_name = environment_name(python)
@@ -303,6 +297,8 @@ class Bench:
                 if set(selected_benchmarks(suite, name, self.options.selection)) <= done}
 
     def run_classes(self):
+        from .report.results import read_suite
+
         outcome = self.outcome
         classes = self.classes()
         outcome.classes = classes

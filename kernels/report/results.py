@@ -288,14 +288,20 @@ def _records(results, suite):
     return records, stale
 
 
+def read_suite(results_dir):
+    """asv's benchmarks.json in ``results_dir``, as {benchmark name: meta}; ResultsError
+    when it is not a JSON object."""
+    path = pathlib.Path(results_dir) / "benchmarks.json"
+    return {name: meta for name, meta in _read_object(path, "asv's benchmarks.json").items()
+            if isinstance(meta, dict)}
+
+
 def benchmark_classes(results_dir, regex=""):
     """The classes ("module.Class") of asv's benchmarks.json in ``results_dir`` with a
     benchmark that ``asv run --bench regex`` selects, sorted: asv matches the regex against
     the name of each benchmark, and of each parameter combination ("name(p1, p2)").
     ``make bench`` runs the suite a class at a time."""
-    path = pathlib.Path(results_dir) / "benchmarks.json"
-    benchmarks = {name: meta for name, meta in _read_object(path, "asv's benchmarks.json").items()
-                  if isinstance(meta, dict)}
+    benchmarks = read_suite(results_dir)
 
     def names(name, meta):
         combos = itertools.product(*meta.get("params", []))
