@@ -174,29 +174,31 @@ class BoundedOverUnbounded:
 
 class WindowPeers:
     """A tiled rung's speed over a peer with a window: the peer's time ÷ ours, side by side,
-    8 heads, n = WINDOW_PEER_SEQ_LEN, WINDOW_PEER_BAND, float32, all threads."""
+    8 heads, n = ``seq_len`` (WINDOW_PEER_SEQ_LEN), the band ``shape`` names
+    (WINDOW_PEER_BAND), float32, all threads."""
 
-    params = [list(spec.PEERS), list(spec.PEER_KERNELS)]
-    param_names = ["peer", "kernel"]
+    params = [list(spec.PEERS), list(spec.PEER_KERNELS), [spec.WINDOW_PEER_SEQ_LEN], [spec.WINDOW_PEER_BAND.describe()]]
+    param_names = ["peer", "kernel", "seq_len", "shape"]
     rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 900
+    bands = {spec.WINDOW_PEER_BAND.describe(): spec.WINDOW_PEER_BAND}   # a shape's band
 
-    def setup(self, peer, kernel):
-        self.peer_call, self.call = (self._call(name) for name in (peer, kernel))
+    def setup(self, peer, kernel, seq_len, shape):
+        self.peer_call, self.call = (self._call(name, seq_len, self.bands[shape]) for name in (peer, kernel))
         self.peer_call(), self.call()  # warm-up: compilation, sessions, pages
 
     @staticmethod
-    def _call(name):
+    def _call(name, seq_len, band):
         """Kernel ``name``'s windowed call as its users make it (ours through
         ``kernels.attention``, a peer through its own API: ``common.peer_call``);
         NotImplementedError if it cannot make it."""
-        band = spec.WINDOW_PEER_BAND.arguments()
-        q, k, v = make_inputs(spec.HEADS, spec.WINDOW_PEER_SEQ_LEN, spec.WINDOW_DTYPE)
+        band = band.arguments()
+        q, k, v = make_inputs(spec.HEADS, seq_len, spec.WINDOW_DTYPE)
         check_runs(name, q, k, v, **band)
         if kernels.KERNELS[name].external:
             return peer_call(name, q, k, v, **band)
         return lambda: attention_unheld(q, k, v, kernel=name, **band)
 
-    def track_speedup(self, peer, kernel):
+    def track_speedup(self, peer, kernel, seq_len, shape):
         return side_by_side(self.peer_call, self.call, spec.WINDOW_PEER_ROUNDS, settle=spec.PEER_SETTLE_SECONDS)
 
     track_speedup.unit = "times"

@@ -277,11 +277,15 @@ WINDOW_FIDELITY_SINKS = (0, 1)
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One asv benchmark, named as asv names it ("module.Class.method"), and the names
-    of its parameters in asv's order."""
+    """One asv benchmark, named as asv names it ("module.Class.method"), the names of its
+    parameters in asv's order, and which of them are its sizes: a parameter of one value in
+    a run, whose value a quick run shrinks (a cache's n, a decode's steps).  The results then
+    say what was measured, and the report labels a quick run's figures with its own sizes
+    (``results.Run.size``); ``Run.value`` fills them in."""
 
     name: str
     params: tuple = ()
+    sizes: tuple = ()
 
     def __str__(self):
         return self.name
@@ -327,14 +331,17 @@ CONTEXT_OVER_ONE_THREAD = Benchmark("bench_context.InContext.track_over_one_thre
 MODEL_OVER_NUMPY = Benchmark("bench_model.ModelForwardOverNumpy.track_time_over_numpy", ("kernel", "seq_len"))
 HALF_SPEEDUP = Benchmark("bench_half.HalfSpeedup.track_speedup", ("kernel", "shape", "threads", "dtype"))
 HALF_FIDELITY = Benchmark("bench_half.HalfFidelity.track_min_cosine", ("kernel", "dtype"))
-_CACHE = ("kernel", "cache_dtype", "kv_heads")
-CACHE_SPEEDUP = Benchmark("bench_cache.CacheFormats.track_speedup", _CACHE)
-CACHE_READ_RATE = Benchmark("bench_cache.CacheFormats.track_read_gbytes_per_second", _CACHE)
-CACHE_READ_FRACTION = Benchmark("bench_cache.CacheFormats.track_read_fraction", _CACHE)
-CACHE_TOKEN_TIME = Benchmark("bench_cache.CacheFormats.time_token", _CACHE)
-CACHE_PEER_SPEEDUP = Benchmark("bench_cache.CachePeers.track_speedup", ("peer",) + _CACHE)
-CACHE_GENERATE = Benchmark("bench_cache.CacheGenerate.track_seconds", _CACHE)
-CACHE_ERROR = Benchmark("bench_cache.CacheFidelity.track_error", ("cache_dtype", "error"))
+_CACHE = ("kernel", "cache_dtype", "kv_heads", "seq_len")
+_SEQ_LEN = ("seq_len",)
+CACHE_SPEEDUP = Benchmark("bench_cache.CacheFormats.track_speedup", _CACHE, _SEQ_LEN)
+CACHE_READ_RATE = Benchmark("bench_cache.CacheFormats.track_read_gbytes_per_second", _CACHE, _SEQ_LEN)
+CACHE_READ_FRACTION = Benchmark("bench_cache.CacheFormats.track_read_fraction", _CACHE, _SEQ_LEN)
+CACHE_TOKEN_TIME = Benchmark("bench_cache.CacheFormats.time_token", _CACHE, _SEQ_LEN)
+CACHE_PEER_SPEEDUP = Benchmark("bench_cache.CachePeers.track_speedup", ("peer",) + _CACHE, _SEQ_LEN)
+CACHE_GENERATE = Benchmark("bench_cache.CacheGenerate.track_seconds",
+                           ("kernel", "cache_dtype", "kv_heads", "prompt", "generated"), ("prompt", "generated"))
+CACHE_ERROR = Benchmark("bench_cache.CacheFidelity.track_error", ("cache_dtype", "error", "seq_len", "steps"),
+                        ("seq_len", "steps"))
 KEY_GRANULARITY = Benchmark("bench_cache.KeyGranularity.track_error", ("keys", "granularity"))
 
 _WINDOW = ("kernel", "seq_len", "shape")
@@ -346,7 +353,8 @@ BOUNDED_STEP = Benchmark("bench_window.BoundedDecode.time_step", _BOUNDED)
 BOUNDED_BYTES = Benchmark("bench_window.BoundedDecode.track_cache_bytes", _BOUNDED)
 BOUNDED_OVER_UNBOUNDED = Benchmark("bench_window.BoundedOverUnbounded.track_time_over_unbounded",
                                    ("kernel", "seen"))
-WINDOW_PEER_SPEEDUP = Benchmark("bench_window.WindowPeers.track_speedup", ("peer", "kernel"))
+WINDOW_PEER_SPEEDUP = Benchmark("bench_window.WindowPeers.track_speedup", ("peer", "kernel", "seq_len", "shape"),
+                                  ("seq_len", "shape"))
 _WINDOW_FIDELITY = ("texts", "width", "sinks")
 WINDOW_MEAN_COSINE = Benchmark("bench_window.WindowFidelity.track_mean_cosine", _WINDOW_FIDELITY)
 WINDOW_MIN_COSINE = Benchmark("bench_window.WindowFidelity.track_min_cosine", _WINDOW_FIDELITY)

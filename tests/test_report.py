@@ -442,9 +442,10 @@ def cache_part(report, start, end):
 def test_cache_bytes_follow_the_formats():
     from kernels.report import cache
 
-    assert cache_bytes("float32", 8) == 256 * 2 ** 20 == cache.token_bytes("float32", 8)
-    assert cache.token_bytes("int8", 2) == 17 * 2 ** 20 == 65536 * 2 * 2 * 68
-    assert cache.token_bytes("bfloat16", 8) == cache.token_bytes("float16", 8) == 128 * 2 ** 20
+    assert cache_bytes("float32", 8) == 256 * 2 ** 20 == cache.token_bytes("float32", 8, 65536)
+    assert cache.token_bytes("int8", 2, 65536) == 17 * 2 ** 20 == 65536 * 2 * 2 * 68
+    assert cache.token_bytes("bfloat16", 8, 65536) == cache.token_bytes("float16", 8, 65536) == 128 * 2 ** 20
+    assert cache.token_bytes("int4", 2, 16384) == 16384 * 2 * 2 * (32 + 2 * 4)   # 64 codes in 32 bytes, 2 scales
 
 
 def test_cache_formats_table(report):
@@ -1022,6 +1023,49 @@ def test_results_of_another_version_of_a_benchmark_are_left_out_and_listed(resul
     assert f"Left out, measured by another version of the benchmark than the suite's benchmarks.json " \
         f"describes (asv leaves these out too; run them again): `{name}`." in gaps.gaps(run).blocks[0]
     assert "1 benchmark was measured by another version of their code, left out" in overview.overview(run).blocks[0]
+
+
+def test_a_quick_runs_sizes_label_its_figures(results_copy, tmp_path):
+    """The sizes a quick run shrinks are parameters of one value (``Benchmark.sizes``), so a
+    quick run's report says what it measured: caches of 16,384 tokens (a token's bytes from
+    those, never from the full run's 65,536), 100 tokens generated after 4,096, 100 decode
+    steps, the window peers at n = 2,048 with a (128, 0) window."""
+    quick = {"seq_len": "16384", "prompt": "4096", "generated": "100", "steps": "100",
+             "shape": "'window (128, 0)'"}
+
+    def shrink(data):
+        for benchmark in bench_spec.BENCHMARKS:
+            for name in benchmark.sizes:
+                size = "2048" if benchmark is bench_spec.WINDOW_PEER_SPEEDUP and name == "seq_len" else quick[name]
+                data["results"][str(benchmark)][1][benchmark.params.index(name)] = [size]
+    edit_json(results_copy / NEWEST_FILE, shrink)
+    report = write_report(results_copy, tmp_path / "out").read_text()
+    cache = section(report, "The cache in fewer bytes")
+    assert "65,536" not in cache and "32,768" not in cache and "1,000" not in cache
+    assert "a cache of 16,384 tokens, all threads" in cache
+    # a quarter of the tokens, a quarter of the bytes; the times are the fixture's own
+    speeds = cache_part(report, "Time per token against", "Beside the peers")
+    assert row(speeds, "c_tiled", "float32", "8")[3:5] == ["64.0 MiB", "13.4 ms"]
+    assert row(speeds, "c_tiled", "int8", "2")[3] == "4.2 MiB"   # 16,384 · 2 · 2 · 68 bytes
+    assert "Generating 100 tokens after a 4,096-token prompt" in cache
+    assert "| one step, n = 16,384 | largest over 100 steps |" in cache
+    assert row(cache, "int8")[2:] == ["3.00e-02", "3.60e-02"]
+    goals_text = section(report, "Goals")
+    formats = [line for line in goals_text.splitlines() if "cache of" in line or "formats and grouping" in line]
+    assert len(formats) == 16 and not any("65,536" in line for line in formats)
+    assert row(goals_text, "c_tiled decode speed on an int8 cache of 2 K/V heads over the float32 cache of 8 K/V "
+                           "heads, one query, 8 query heads, n = 16,384, all threads, timed side by side")[1] == "14.3 ±5%"
+    assert row(goals_text, "c_tiled generating 100 tokens after a 4,096-token prompt: the int4 cache of 2 K/V "
+                           "heads over the float32 cache of 8")
+    assert row(goals_text, "int8 cache: the largest norm-wise relative error of a decode step against float64, "
+                           "over 100 steps")[1] == "0.036"
+    assert "The peers with a window (8 heads, n = 2,048, window (128, 0), float32" in \
+        section(report, "Ways out of the quadratic")
+    # the full run's sizes where the results hold none (a suite before they were parameters)
+    run = results.load_latest_run(FIXTURE)
+    assert run.size(bench_spec.CACHE_TOKEN_TIME, "seq_len") == 65536
+    assert run.size(bench_spec.SEQ_LEN_TIME, "seq_len") is None   # many values: no one size
+    assert run.size(bench_spec.SEQ_LEN_TIME, "seq_len", 7) == 7
 
 
 def test_benchmark_classes_select_as_asv_does():

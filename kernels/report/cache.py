@@ -14,14 +14,37 @@ from ..output import (Column, Table, fmt_percent, fmt_ratio, fmt_seconds, missin
 from . import plots
 from .document import Plot, Section
 
-SHAPE = (f"one query, {spec.HEADS} query heads, d = {spec.HEAD_DIM}, a cache of {spec.CACHE_SEQ_LEN:,} tokens, "
-         "all threads")
 BASELINE = ("float32", spec.HEADS)   # the cache every speed-up is over
 
 
-def token_bytes(cache_dtype, kv_heads, seq_len=spec.CACHE_SEQ_LEN):
-    """Bytes one new token's attention reads: the cached keys and values, scales included."""
-    return seq_len * kv_heads * 2 * FORMATS[cache_dtype].row_bytes(spec.HEAD_DIM)
+def cache_tokens(run):
+    """The tokens in the caches the run measured (a quick run's are fewer than a full
+    run's); the full run's for results of a suite before they were a parameter."""
+    return run.size(spec.CACHE_TOKEN_TIME, "seq_len", spec.CACHE_SEQ_LEN)
+
+
+def cache_shape(run):
+    """The decode call the section's figures time, in words."""
+    return (f"one query, {spec.HEADS} query heads, d = {spec.HEAD_DIM}, a cache of {cache_tokens(run):,} tokens, "
+            "all threads")
+
+
+def generate_sizes(run):
+    """(prompt, generated): CacheGenerate's tokens in the run, or the full run's."""
+    return tuple(run.size(spec.CACHE_GENERATE, name, default)
+                 for name, default in (("prompt", spec.CACHE_PROMPT), ("generated", spec.CACHE_GENERATED)))
+
+
+def fidelity_sizes(run):
+    """(n, steps): CacheFidelity's cache for one step and its decode's steps, or the full run's."""
+    return tuple(run.size(spec.CACHE_ERROR, name, default)
+                 for name, default in (("seq_len", spec.CACHE_SEQ_LEN), ("steps", spec.CACHE_FIDELITY_STEPS)))
+
+
+def token_bytes(cache_dtype, kv_heads, n):
+    """Bytes one new token's attention reads from a cache of ``n`` tokens: the cached keys
+    and values, scales included."""
+    return n * kv_heads * 2 * FORMATS[cache_dtype].row_bytes(spec.HEAD_DIM)
 
 
 def cells(run):
@@ -90,6 +113,9 @@ def element_bytes(name):
 
 def cache(run):
     bandwidth = run.value(spec.READ_BANDWIDTH)
+    n = cache_tokens(run)
+    prompt, new_tokens = generate_sizes(run)
+    fidelity_n, steps = fidelity_sizes(run)
     speeds = Table("cache_formats", (
         Column("kernel", "kernel"), Column("cache_dtype", "format"), Column("kv_heads", "K/V heads"),
         Column("bytes_per_token", "bytes read per token", format_bytes),
@@ -97,7 +123,7 @@ def cache(run):
         Column("gbytes_per_second", "read, GB/s", lambda v: f"{v:.1f}"),
         Column("fraction_of_read_bandwidth", "of the streaming read (side by side)", fmt_percent),
         Column("over_float32_8_heads", "speed over float32, 8 K/V heads (side by side)", fmt_ratio)),
-        [[kernel, cache_dtype, kv_heads, token_bytes(cache_dtype, kv_heads),
+        [[kernel, cache_dtype, kv_heads, token_bytes(cache_dtype, kv_heads, n),
           run.value(spec.CACHE_TOKEN_TIME, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads),
           run.value(spec.CACHE_READ_RATE, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads),
           read_fraction(run, kernel, cache_dtype, kv_heads), cache_speedup(run, kernel, cache_dtype, kv_heads)]
@@ -119,15 +145,15 @@ def cache(run):
          if any(not missing(peer_speedup(run, p, k, cache_dtype, kv_heads)) for p in peers for k in peer_kernels)])
     generate = Table("cache_generate", (
         Column("kernel", "kernel"), Column("cache_dtype", "format"), Column("kv_heads", "K/V heads"),
-        Column("seconds", f"seconds for {spec.CACHE_GENERATED:,} tokens", lambda v: f"{v:.2f}")),
+        Column("seconds", f"seconds for {new_tokens:,} tokens", lambda v: f"{v:.2f}")),
         [[kernel, cache_dtype, kv_heads, value] for kernel in run.kernels(spec.CACHE_GENERATE)
          for cache_dtype in spec.CACHE_DTYPES for kv_heads in spec.CACHE_KV_HEADS
          for value in [run.value(spec.CACHE_GENERATE, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads)]
          if not missing(value)])
     fidelity = Table("cache_fidelity", (
         Column("cache_dtype", "format"), Column("bytes_per_element", "bytes per element (+ scales)"),
-        Column("step", f"one step, n = {spec.CACHE_SEQ_LEN:,}", lambda v: f"{v:.2e}"),
-        Column("decode", f"largest over {spec.CACHE_FIDELITY_STEPS:,} steps", lambda v: f"{v:.2e}")),
+        Column("step", f"one step, n = {fidelity_n:,}", lambda v: f"{v:.2e}"),
+        Column("decode", f"largest over {steps:,} steps", lambda v: f"{v:.2e}")),
         [[name, element_bytes(name), cache_error(run, name, "step"), cache_error(run, name, "decode")]
          for name in spec.CACHE_DTYPES if not missing(cache_error(run, name, "step"))])
     granularity = Table("key_granularity", (
@@ -151,7 +177,7 @@ def cache(run):
         "format in place, widening (or multiplying as integers) a block of rows at a time inside "
         "its inner loops, and so does numba_tiled; numpy widens the whole cache first, and its "
         "times show it.",
-        f"Time per token against the bytes it reads ({SHAPE}): time = bytes ÷ read rate, so on these "
+        f"Time per token against the bytes it reads ({cache_shape(run)}): time = bytes ÷ read rate, so on these "
         "log-log axes every point at one read rate lies on one line of slope 1, the faster the lower; "
         "the dotted line is the streaming-read bandwidth measured in the same run "
         f"({text(bandwidth, lambda v: f'{v:.1f} GB/s')}). A kernel's two groupings of one format are "
@@ -173,7 +199,7 @@ def cache(run):
         peer_table,
         *([f"No figure for {', '.join(unmeasured)} on any of these caches (not installed, or skipped: asv's "
            "log says why)."] if unmeasured else []),
-        f"Generating {spec.CACHE_GENERATED:,} tokens after a {spec.CACHE_PROMPT:,}-token prompt, "
+        f"Generating {new_tokens:,} tokens after a {prompt:,}-token prompt, "
         "each step appending one token (the cache growing in place, read as a strided view) and "
         "attending its query (CacheGenerate; median of ten blocks of a tenth of the steps, ×10):",
         generate,
@@ -208,7 +234,8 @@ def plot_time_against_bytes(run, bandwidth, path):
     kernel's two groupings of one format joined (the same read rate lies on a line of
     slope 1, parallel to the bandwidth's); peers as open markers on dashed segments."""
     fig, ax = pyplot().subplots(figsize=(12, 6))
-    fig.suptitle(f"Decode: time per token vs bytes read per token ({SHAPE})", fontsize=10)
+    fig.suptitle(f"Decode: time per token vs bytes read per token ({cache_shape(run)})", fontsize=10)
+    n = cache_tokens(run)
     styles = plots.kernel_styles(run)
     markers = {"float32": "o", "float16": "s", "bfloat16": "D", "int8": "^", "int4": "v"}
     drawn = []
@@ -216,7 +243,7 @@ def plot_time_against_bytes(run, bandwidth, path):
     def draw(times, color, label, linestyle, facecolor):
         """times: {(cache_dtype, kv_heads): seconds} of one kernel or peer."""
         for cache_dtype, marker in markers.items():
-            points = sorted((token_bytes(cache_dtype, h), s) for (c, h), s in times.items() if c == cache_dtype)
+            points = sorted((token_bytes(cache_dtype, h, n), s) for (c, h), s in times.items() if c == cache_dtype)
             if not points:
                 continue
             ax.plot([b for b, _ in points], [s for _, s in points], color=color, linewidth=1, linestyle=linestyle,

@@ -16,7 +16,8 @@ from typing import Callable
 from .. import bench_spec as spec
 from ..output import Column, Table, fmt_count, fmt_number, interval, missing, ratio, text
 from ..spread import bounds
-from .cache import cache_error, cache_speedup, generate_speedup, over_fastest_peer, worst_read_fraction
+from .cache import (cache_error, cache_speedup, cache_tokens, fidelity_sizes, generate_sizes, generate_speedup,
+                    over_fastest_peer, worst_read_fraction)
 from .ceilings import bf16_dot_is_roof, gemm_fraction, has_bf16_dot_product, peak_fraction
 from .decode import CALL_COST_WORDS, cache_read_fraction, call_cost
 from .document import Section
@@ -34,8 +35,10 @@ from .window import (GOAL_SHAPE, band_fraction, bounded_bytes_growth, bounded_ov
 class Goal:
     """``what`` and ``source`` may name {shape} (the headline's heads and n), {peer},
     {numpy_n}, {decode_n} (the largest prefix the cached decode ran), {seen_n} (the most
-    tokens a bounded cache was measured after) and {sgemm_fraction} (NumPy's sgemm ÷ the
-    float32 FMA peak, side by side, every thread)."""
+    tokens a bounded cache was measured after), {cache_n} (the caches' tokens in the cache
+    formats' figures), {prompt_n} and {generated_n} (the generation loop's), {fidelity_steps}
+    (the formats' decode error's steps) and {sgemm_fraction} (NumPy's sgemm ÷ the float32
+    FMA peak, side by side, every thread): a quick run's sizes are its own."""
 
     what: str
     measure: Callable     # run -> the measured value, NaN when missing
@@ -206,7 +209,7 @@ GOALS = (
       for kernel in spec.TILED),
     *(Goal(f"{kernel} decode speed on {'an' if cache_dtype.startswith('int') else 'a'} {cache_dtype} cache of {kv_heads} "
            f"K/V heads over the float32 cache of {spec.HEADS} K/V heads, one query, {spec.HEADS} query heads, "
-           f"n = {spec.CACHE_SEQ_LEN:,}, all threads, " + SIDE_BY_SIDE,
+           "n = {cache_n}, all threads, " + SIDE_BY_SIDE,
            lambda run, kernel=kernel, cache_dtype=cache_dtype, kv_heads=kv_heads:
            cache_speedup(run, kernel, cache_dtype, kv_heads), target, True, CACHE_BYTES)
       for kernel in spec.TILED
@@ -214,27 +217,27 @@ GOALS = (
                                             ("float32", 2, 3.5),
                                             ("int8", 2, 10.0 if kernel == "c_tiled" else 6.0),
                                             *((("int4", 2, 16.0),) if kernel == "c_tiled" else ()))),
-    Goal(f"c_tiled generating {spec.CACHE_GENERATED:,} tokens after a {spec.CACHE_PROMPT:,}-token prompt: "
+    Goal("c_tiled generating {generated_n} tokens after a {prompt_n}-token prompt: "
          f"the int4 cache of 2 K/V heads over the float32 cache of {spec.HEADS}",
          lambda run: generate_speedup(run, "c_tiled", "int4", 2), 8.0, True,
          "a generation loop gains what the step gains: appending a token is O(d), the step O(n · d)"),
     *(Goal(f"{kernel} decode: the smallest cache read rate ÷ the streaming read's over every format and "
-           f"grouping, n = {spec.CACHE_SEQ_LEN:,}, " + SIDE_BY_SIDE + " with its loop",
+           "grouping, n = {cache_n}, " + SIDE_BY_SIDE + " with its loop",
            lambda run, kernel=kernel: worst_read_fraction(run, kernel),
            target, True, "fewer bytes must not mean a slower read: widening and integer products stay hidden "
            "behind the memory (Numba, with what its vectoriser makes of them, half of it)")
       for kernel, target in (("c_tiled", 0.75), ("numba_tiled", 0.5))),
     *(Goal(f"{kernel} decode speed over the fastest peer taking the same cache (the smallest ratio over "
-           f"formats and groupings), n = {spec.CACHE_SEQ_LEN:,}, all threads, " + SIDE_BY_SIDE,
+           "formats and groupings), n = {cache_n}, all threads, " + SIDE_BY_SIDE,
            lambda run, kernel=kernel: over_fastest_peer(run, kernel), target, True,
            "the engines' own caches are the ones to beat, format for format")
       for kernel, target in (("c_tiled", 1.0), ("numba_tiled", 0.8))),
-    Goal(f"int8 cache: the largest norm-wise relative error of a decode step against float64, over "
-         f"{spec.CACHE_FIDELITY_STEPS:,} steps", lambda run: cache_error(run, "int8", "decode"), 0.015, False,
+    Goal("int8 cache: the largest norm-wise relative error of a decode step against float64, over "
+         "{fidelity_steps} steps", lambda run: cache_error(run, "int8", "decode"), 0.015, False,
          "8-bit codes keep about two significant digits of each row; the output must keep them (KIVI's "
          "per-channel keys reach it where a few channels are wide)"),
-    Goal(f"int4 cache: the largest norm-wise relative error of a decode step against float64, over "
-         f"{spec.CACHE_FIDELITY_STEPS:,} steps", lambda run: cache_error(run, "int4", "decode"), 0.06, False,
+    Goal("int4 cache: the largest norm-wise relative error of a decode step against float64, over "
+         "{fidelity_steps} steps", lambda run: cache_error(run, "int4", "decode"), 0.06, False,
          "4-bit codes, a scale per 32 values: the output must keep its first digit"),
     Goal(f"c_tiled causal attention ÷ {spec.WINDOW_GOAL_BAND.describe()}, time, {spec.HEADS} heads, "
          f"n = {spec.WINDOW_GOAL_SEQ_LEN:,}, float32", lambda run: window_speedup(run, "c_tiled"), 13, True,
@@ -331,9 +334,12 @@ GOALS = (
 
 
 def goals(run):
+    (prompt_n, generated_n), steps = generate_sizes(run), fidelity_sizes(run)[1]
     fields = dict(shape=headline_shape(run), peer=spec.PEER,
                   numpy_n=text(numpy_speedup_seq_len(run), fmt_count),
                   decode_n=text(_largest_decode(run), fmt_count), seen_n=text(largest_seen(run), fmt_count),
+                  cache_n=fmt_count(cache_tokens(run)), prompt_n=fmt_count(prompt_n),
+                  generated_n=fmt_count(generated_n), fidelity_steps=fmt_count(steps),
                   sgemm_fraction=text(gemm_fraction(run), fmt_number))
     rows = []
     for goal in GOALS:

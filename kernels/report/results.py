@@ -79,11 +79,27 @@ class Run:
             and all(record.params.get(name) == value for name, value in params.items())
         ]
 
+    def exactly(self, benchmark, **params):
+        """Records of ``benchmark`` at exactly these params, its sizes (``Benchmark.sizes``)
+        the run's own unless given."""
+        for name in getattr(benchmark, "sizes", ()):
+            size = self.size(benchmark, name)
+            if name not in params and size is not None:
+                params[name] = size
+        return [r for r in self.select(benchmark, **params) if len(r.params) == len(params)]
+
     def value(self, benchmark, **params):
-        """The value at exactly these params; NaN when not measured."""
+        """The value at exactly these params (``exactly``); NaN when not measured."""
         self.reads.add(str(benchmark))
-        matches = [r for r in self.select(benchmark, **params) if len(r.params) == len(params)]
+        matches = self.exactly(benchmark, **params)
         return matches[0].value if matches else math.nan
+
+    def size(self, benchmark, name, default=None):
+        """The one value parameter ``name`` took in ``benchmark`` (a size: the cache's n of
+        this run, quick or full); ``default`` when the run did not measure it at one value
+        (not run, or results of a suite before it was a parameter)."""
+        values = self.param_values(benchmark, name)
+        return values[0] if len(values) == 1 else default
 
     def param_values(self, benchmark, name):
         """The distinct values parameter ``name`` took in ``benchmark``, sorted."""

@@ -36,7 +36,7 @@ NO_MODEL = f"all-MiniLM-L6-v2 was not installed (`make model`), or {spec.WINDOW_
 def not_measured(run, benchmark, skipped_because, **params):
     """Why ``benchmark`` has no value at ``params``: "not measured: ..." naming the reason
     (``skipped_because``, for a case asv skipped: its reason is not kept in the results)."""
-    records = [r for r in run.select(benchmark, **params) if len(r.params) == len(params)]
+    records = run.exactly(benchmark, **params)
     if not records:
         return "not measured: not in these results (a quick run measures smaller sizes)"
     if records[0].status == FAILED:
@@ -294,7 +294,9 @@ def window(run):
                      if any(not missing(window_time(run, kernel, FULL.describe(), n))
                             for kernel in run.kernels(spec.WINDOW_TIME))), default=math.nan)
     quadratic_text = "not measured in these results" if missing(quadratic) else f"run up to n = {quadratic:,}"
-    peer_band = spec.WINDOW_PEER_BAND.describe()
+    # the peers' n and band as the run measured them (a quick run's are smaller)
+    peer_n = run.size(spec.WINDOW_PEER_SPEEDUP, "seq_len", spec.WINDOW_PEER_SEQ_LEN)
+    peer_band = run.size(spec.WINDOW_PEER_SPEEDUP, "shape", spec.WINDOW_PEER_BAND.describe())
 
     def draw(path):
         plot_window(run, path)
@@ -351,7 +353,7 @@ def window(run):
         "The last column is the bounded step ÷ an unbounded step on a cache of as many tokens as "
         f"the bounded one keeps, timed side by side ({spec.BOUNDED_ROUNDS} rounds):",
         bounded_table(run),
-        f"The peers with a window ({spec.HEADS} heads, n = {spec.WINDOW_PEER_SEQ_LEN:,}, {peer_band}, "
+        f"The peers with a window ({spec.HEADS} heads, n = {peer_n:,}, {peer_band}, "
         f"{spec.WINDOW_DTYPE}, all threads): each peer's time ÷ our kernel's, side by side "
         f"({spec.WINDOW_PEER_ROUNDS} rounds). JAX takes a window of its own (`local_window_size`); "
         "the other libraries have none and are given the band as an n × n mask, so they still do "
