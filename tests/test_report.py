@@ -1029,7 +1029,8 @@ def test_a_quick_runs_sizes_label_its_figures(results_copy, tmp_path):
     """The sizes a quick run shrinks are parameters of one value (``Benchmark.sizes``), so a
     quick run's report says what it measured: caches of 16,384 tokens (a token's bytes from
     those, never from the full run's 65,536), 100 tokens generated after 4,096, 100 decode
-    steps, the window peers at n = 2,048 with a (128, 0) window."""
+    steps, the window peers at n = 2,048 with a (128, 0) window; and its rounds (the
+    samples behind a side-by-side ratio) are its own too."""
     quick = {"seq_len": "16384", "prompt": "4096", "generated": "100", "steps": "100",
              "shape": "'window (128, 0)'"}
 
@@ -1038,6 +1039,11 @@ def test_a_quick_runs_sizes_label_its_figures(results_copy, tmp_path):
             for name in benchmark.sizes:
                 size = "2048" if benchmark is bench_spec.WINDOW_PEER_SPEEDUP and name == "seq_len" else quick[name]
                 data["results"][str(benchmark)][1][benchmark.params.index(name)] = [size]
+        columns = data["result_columns"]
+        for benchmark, rounds in ((bench_spec.CALL_COST, 15), (bench_spec.WINDOW_PEER_SPEEDUP, 3)):
+            cells = data["results"][str(benchmark)]
+            repeats = cells[columns.index("stats_repeat")]
+            cells[columns.index("stats_repeat")] = [rounds if r is not None else None for r in repeats]
     edit_json(results_copy / NEWEST_FILE, shrink)
     report = write_report(results_copy, tmp_path / "out").read_text()
     cache = section(report, "The cache in fewer bytes")
@@ -1059,8 +1065,9 @@ def test_a_quick_runs_sizes_label_its_figures(results_copy, tmp_path):
                            "heads over the float32 cache of 8")
     assert row(goals_text, "int8 cache: the largest norm-wise relative error of a decode step against float64, "
                            "over 100 steps")[1] == "0.036"
-    assert "The peers with a window (8 heads, n = 2,048, window (128, 0), float32" in \
-        section(report, "Ways out of the quadratic")
+    assert "The peers with a window (8 heads, n = 2,048, window (128, 0), float32, all threads): each peer's " \
+        "time ÷ our kernel's, side by side (3 rounds)" in section(report, "Ways out of the quadratic")
+    assert "side by side (15 rounds of 20 calls each)" in section(report, "Decoding")
     # the full run's sizes where the results hold none (a suite before they were parameters)
     run = results.load_latest_run(FIXTURE)
     assert run.size(bench_spec.CACHE_TOKEN_TIME, "seq_len") == 65536

@@ -111,7 +111,8 @@ def decode(run):
         tiny,
         "What the Python in front of a tiled rung costs a call: ours as users call it ÷ the rung's "
         "own `run` on the same arrays, its output made beforehand, side by side "
-        f"({spec.CALL_COST_ROUNDS} rounds of {spec.CALL_COST_CALLS} calls each). `kernels.attention` "
+        f"({run.rounds(spec.CALL_COST, spec.CALL_COST_ROUNDS)} rounds of {spec.CALL_COST_CALLS} calls each). "
+        "`kernels.attention` "
         "checks a call's signature once and keeps what it decided, and for c_tiled a step that "
         "passes the arrays to C with every other argument worked out at the first call; so does "
         "`KVCache.attend`, whose kept step passes the cache's buffers as worked out at its first "

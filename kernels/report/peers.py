@@ -142,9 +142,9 @@ def peers(run):
             to_y=lambda seq_len, seconds: one_head_gflops(seconds, seq_len),
             kernels=lambda kernel: kernel in shown)
 
-    r = spec.PEER_ROUNDS
-    rounds = (f"{r['full']} for full and causal, {r['decode']} for decode, {r['tiny']} for the short decode "
-              "and the tiny call")
+    r = {shape: run.rounds(spec.PEER_SPEEDUP, default, shape=shape) for shape, default in spec.PEER_ROUNDS.items()}
+    rounds = (f"{r['full']} for full and causal, {r['decode']} for decode, {r['short_decode']} for the short "
+              f"decode, {r['tiny']} for the tiny call")
     return Section("Peers: every CPU attention a user could pick instead", [
         "Each figure is a tiled kernel's speed over one peer: the peer's time ÷ ours, both "
         "calls alternating in one process (each going first in turn), the median over the "

@@ -101,6 +101,12 @@ class Run:
         values = self.param_values(benchmark, name)
         return values[0] if len(values) == 1 else default
 
+    def rounds(self, benchmark, default, **params):
+        """The most samples behind any of ``benchmark``'s figures at ``params`` (a side-by-side
+        ratio's rounds, which a quick run has fewer of); ``default`` when none kept samples."""
+        counts = [r.value.n for r in self.select(benchmark, **params) if isinstance(r.value, Measured)]
+        return max(counts, default=default)
+
     def param_values(self, benchmark, name):
         """The distinct values parameter ``name`` took in ``benchmark``, sorted."""
         return sorted({r.params[name] for r in self.select(benchmark) if name in r.params})

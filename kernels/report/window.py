@@ -351,11 +351,13 @@ def window(run):
         "so each step (append one token's key and value, attend its query) reads the same bytes "
         "however many tokens the cache has seen, where an unbounded cache's step grows with N. "
         "The last column is the bounded step ÷ an unbounded step on a cache of as many tokens as "
-        f"the bounded one keeps, timed side by side ({spec.BOUNDED_ROUNDS} rounds):",
+        f"the bounded one keeps, timed side by side ({run.rounds(spec.BOUNDED_OVER_UNBOUNDED, spec.BOUNDED_ROUNDS)} "
+        "rounds):",
         bounded_table(run),
         f"The peers with a window ({spec.HEADS} heads, n = {peer_n:,}, {peer_band}, "
         f"{spec.WINDOW_DTYPE}, all threads): each peer's time ÷ our kernel's, side by side "
-        f"({spec.WINDOW_PEER_ROUNDS} rounds). JAX takes a window of its own (`local_window_size`); "
+        f"({run.rounds(spec.WINDOW_PEER_SPEEDUP, spec.WINDOW_PEER_ROUNDS)} rounds). JAX takes a window of its "
+        "own (`local_window_size`); "
         "the other libraries have none and are given the band as an n × n mask, so they still do "
         "O(n²) work and hold O(n²) bytes. Each is timed as its users call it: ours through "
         "`kernels.attention`, a peer through its own API on tensors (and a mask) of its own, "
