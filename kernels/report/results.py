@@ -83,9 +83,8 @@ class Run:
         """Records of ``benchmark`` at exactly these params, its sizes (``Benchmark.sizes``)
         the run's own unless given."""
         for name in getattr(benchmark, "sizes", ()):
-            size = self.size(benchmark, name)
-            if name not in params and size is not None:
-                params[name] = size
+            if name not in params and (size := self.size(benchmark, name)) is not None:
+                params[name] = size   # (looked up only when not given: value is called in loops)
         return [r for r in self.select(benchmark, **params) if len(r.params) == len(params)]
 
     def value(self, benchmark, **params):
