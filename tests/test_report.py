@@ -1075,6 +1075,27 @@ def test_a_quick_runs_sizes_label_its_figures(results_copy, tmp_path):
     assert run.size(bench_spec.SEQ_LEN_TIME, "seq_len", 7) == 7
 
 
+def test_the_peers_rounds_name_only_the_shapes_measured(results_copy, tmp_path):
+    """The peers paragraph names the rounds of the shapes the run has figures for: the
+    fixture's full, causal, decode and tiny call (it has no short decode); a run without any
+    peer's figure (none installed) names none, never the spec's counts for rounds not run."""
+    def paragraph(results_dir, out):
+        text = section(write_report(results_dir, out).read_text(), "Peers: every CPU")
+        return text[text.index("the median over the rounds"):text.index("In each round")]
+
+    fixture = paragraph(FIXTURE, tmp_path / "fixture")
+    assert "(7 for full and causal, 9 for decode, 31 for the tiny call)" in fixture
+    assert "short decode" not in fixture
+
+    def no_peer(data):
+        cells = data["results"][str(bench_spec.PEER_SPEEDUP)]
+        cells[0] = [None] * len(cells[0])
+    edit_json(results_copy / NEWEST_FILE, no_peer)
+    none = paragraph(results_copy, tmp_path / "none")
+    assert "(none in these results: no peer was measured)" in none
+    assert not any(char.isdigit() for char in none)
+
+
 def test_benchmark_classes_select_as_asv_does():
     """asv's --bench matches a name, or a name with one combination of its parameters."""
     everything = results.benchmark_classes(FIXTURE)

@@ -132,6 +132,23 @@ def _declared(record):
     return ", ".join(fixed) + (f"; {', '.join(probed)} held to the harness on the CPU" if probed else "")
 
 
+def _rounds(run):
+    """The rounds behind the run's peer figures, shape by shape ("7 for full and causal, 9 for
+    decode, ..."; the spec's count for figures that kept no samples), naming only the shapes
+    the run has a figure for: without a peer installed it has none, and the spec's counts
+    would describe rounds that never ran."""
+    names = {"full": "full", "causal": "causal", "decode": "decode", "short_decode": "the short decode",
+             "tiny": "the tiny call"}
+    counts = {}   # rounds -> the shapes measured with that many, in the spec's order
+    for shape, default in spec.PEER_ROUNDS.items():
+        if any(not math.isnan(r.value) for r in run.select(spec.PEER_SPEEDUP, shape=shape)):
+            counts.setdefault(run.rounds(spec.PEER_SPEEDUP, default, shape=shape), []).append(names[shape])
+    if not counts:
+        return "none in these results: no peer was measured"
+    listed = lambda shapes: " and ".join([", ".join(shapes[:-1]), shapes[-1]] if len(shapes) > 1 else shapes)
+    return ", ".join(f"{n} for {listed(shapes)}" for n, shapes in counts.items())
+
+
 def peers(run):
     def draw(path):
         shown = set(spec.TILED) | set(spec.PEERS)
@@ -142,9 +159,7 @@ def peers(run):
             to_y=lambda seq_len, seconds: one_head_gflops(seconds, seq_len),
             kernels=lambda kernel: kernel in shown)
 
-    r = {shape: run.rounds(spec.PEER_SPEEDUP, default, shape=shape) for shape, default in spec.PEER_ROUNDS.items()}
-    rounds = (f"{r['full']} for full and causal, {r['decode']} for decode, {r['short_decode']} for the short "
-              f"decode, {r['tiny']} for the tiny call")
+    rounds = _rounds(run)
     return Section("Peers: every CPU attention a user could pick instead", [
         "Each figure is a tiled kernel's speed over one peer: the peer's time ÷ ours, both "
         "calls alternating in one process (each going first in turn), the median over the "
