@@ -1078,22 +1078,29 @@ def test_a_quick_runs_sizes_label_its_figures(results_copy, tmp_path):
 def test_the_peers_rounds_name_only_the_shapes_measured(results_copy, tmp_path):
     """The peers paragraph names the rounds of the shapes the run has figures for: the
     fixture's full, causal, decode and tiny call (it has no short decode); a run without any
-    peer's figure (none installed) names none, never the spec's counts for rounds not run."""
-    def paragraph(results_dir, out):
-        text = section(write_report(results_dir, out).read_text(), "Peers: every CPU")
-        return text[text.index("the median over the rounds"):text.index("In each round")]
+    peer's figure (none installed) names none, never the spec's counts for rounds not run,
+    and neither does the window peers' line."""
+    def paragraphs(results_dir, out):
+        report = write_report(results_dir, out).read_text()
+        peers = section(report, "Peers: every CPU")
+        windows = section(report, "Ways out of the quadratic")
+        return (peers[peers.index("the median over the rounds"):peers.index("In each round")],
+                windows[windows.index("The peers with a window"):windows.index("JAX takes a window")])
 
-    fixture = paragraph(FIXTURE, tmp_path / "fixture")
-    assert "(7 for full and causal, 9 for decode, 31 for the tiny call)" in fixture
-    assert "short decode" not in fixture
+    peers, windows = paragraphs(FIXTURE, tmp_path / "fixture")
+    assert "(7 for full and causal, 9 for decode, 31 for the tiny call)" in peers
+    assert "short decode" not in peers
+    assert "side by side (7 rounds)." in windows
 
     def no_peer(data):
-        cells = data["results"][str(bench_spec.PEER_SPEEDUP)]
-        cells[0] = [None] * len(cells[0])
+        for benchmark in (bench_spec.PEER_SPEEDUP, bench_spec.WINDOW_PEER_SPEEDUP):
+            cells = data["results"][str(benchmark)]
+            cells[0] = [None] * len(cells[0])
     edit_json(results_copy / NEWEST_FILE, no_peer)
-    none = paragraph(results_copy, tmp_path / "none")
-    assert "(none in these results: no peer was measured)" in none
-    assert not any(char.isdigit() for char in none)
+    peers, windows = paragraphs(results_copy, tmp_path / "none")
+    assert "(none in these results: no peer was measured)" in peers
+    assert not any(char.isdigit() for char in peers)
+    assert "side by side (no peer measured in these results)." in windows
 
 
 def test_benchmark_classes_select_as_asv_does():

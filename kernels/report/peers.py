@@ -141,7 +141,7 @@ def _rounds(run):
              "tiny": "the tiny call"}
     counts = {}   # rounds -> the shapes measured with that many, in the spec's order
     for shape, default in spec.PEER_ROUNDS.items():
-        if any(not math.isnan(r.value) for r in run.select(spec.PEER_SPEEDUP, shape=shape)):
+        if run.measured(spec.PEER_SPEEDUP, shape=shape):
             counts.setdefault(run.rounds(spec.PEER_SPEEDUP, default, shape=shape), []).append(names[shape])
     if not counts:
         return "none in these results: no peer was measured"

@@ -106,6 +106,11 @@ class Run:
         counts = [r.value.n for r in self.select(benchmark, **params) if isinstance(r.value, Measured)]
         return max(counts, default=default)
 
+    def measured(self, benchmark, **params):
+        """Whether any of ``benchmark``'s figures at ``params`` is a number (NaN: not run,
+        skipped, failed), so that a label need not count rounds that never ran."""
+        return any(not math.isnan(r.value) for r in self.select(benchmark, **params))
+
     def param_values(self, benchmark, name):
         """The distinct values parameter ``name`` took in ``benchmark``, sorted."""
         return sorted({r.params[name] for r in self.select(benchmark) if name in r.params})

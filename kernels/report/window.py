@@ -297,6 +297,8 @@ def window(run):
     # the peers' n and band as the run measured them (a quick run's are smaller)
     peer_n = run.size(spec.WINDOW_PEER_SPEEDUP, "seq_len", spec.WINDOW_PEER_SEQ_LEN)
     peer_band = run.size(spec.WINDOW_PEER_SPEEDUP, "shape", spec.WINDOW_PEER_BAND.describe())
+    peer_rounds = (f"{run.rounds(spec.WINDOW_PEER_SPEEDUP, spec.WINDOW_PEER_ROUNDS)} rounds"
+                   if run.measured(spec.WINDOW_PEER_SPEEDUP) else "no peer measured in these results")
 
     def draw(path):
         plot_window(run, path)
@@ -356,7 +358,7 @@ def window(run):
         bounded_table(run),
         f"The peers with a window ({spec.HEADS} heads, n = {peer_n:,}, {peer_band}, "
         f"{spec.WINDOW_DTYPE}, all threads): each peer's time ÷ our kernel's, side by side "
-        f"({run.rounds(spec.WINDOW_PEER_SPEEDUP, spec.WINDOW_PEER_ROUNDS)} rounds). JAX takes a window of its "
+        f"({peer_rounds}). JAX takes a window of its "
         "own (`local_window_size`); "
         "the other libraries have none and are given the band as an n × n mask, so they still do "
         "O(n²) work and hold O(n²) bytes. Each is timed as its users call it: ours through "
