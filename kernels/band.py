@@ -144,15 +144,17 @@ def _window(window):
         return None, None
     if isinstance(window, (str, bytes)) or not hasattr(window, "__len__") or len(window) != 2:
         raise TypeError(f"window must be None or a pair (left, right), got {window!r}")
-    return tuple(None if side is None else _count(f"window[{i}] ({name})", side, " or None")
+    return tuple(None if side is None else _count(f"window[{i}] ({name})", side, " or None",
+                                                    " (an unbounded side is None here, where FlashAttention's "
+                                                    "window_size writes -1)")
                  for i, (name, side) in enumerate(zip(("left", "right"), window)))
 
 
-def _count(name, value, alternative=""):
-    """``value`` as an int >= 0; TypeError or ValueError naming ``name`` otherwise."""
+def _count(name, value, alternative="", negative=""):
+    """``value`` as an int >= 0; TypeError or ValueError naming ``name`` otherwise (a
+    negative one's message followed by ``negative``)."""
     if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int >= 0{alternative}, got {value!r}")
     if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value} (an unbounded side is None here, "
-                         f"where FlashAttention's window_size writes -1)")
+        raise ValueError(f"{name} must be >= 0, got {value}{negative}")
     return int(value)

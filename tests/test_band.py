@@ -57,7 +57,7 @@ def test_causal_folds_into_the_right_side_and_sinks_need_a_left_edge():
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
-    (dict(window=(-1, 0)), ValueError, ["window[0] (left)", ">= 0", "None"]),
+    (dict(window=(-1, 0)), ValueError, ["window[0] (left)", ">= 0", "an unbounded side is None here"]),
     (dict(window=(0, -1)), ValueError, ["window[1] (right)", "-1"]),
     (dict(window=3), TypeError, ["window", "pair"]),
     (dict(window=(1, 2, 3)), TypeError, ["pair"]),
@@ -73,6 +73,14 @@ def test_a_bad_window_or_sinks_is_refused_naming_the_argument(kwargs, error, wor
     with pytest.raises(error) as raised:
         kernels.attention(q, q, q, **kwargs)
     assert all(word in str(raised.value) for word in words), raised.value
+
+
+def test_only_a_windows_side_is_told_that_unbounded_is_none():
+    """A negative sinks count is an error of its own: no side of a window to leave unbounded."""
+    q = np.zeros((1, 4, 8), np.float32)
+    with pytest.raises(ValueError) as raised:
+        kernels.attention(q, q, q, window=(4, 0), sinks=-2)
+    assert str(raised.value) == "sinks must be >= 0, got -2"
 
 
 def test_numpy_integers_are_taken_as_window_sides_and_sinks():
