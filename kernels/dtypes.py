@@ -82,9 +82,10 @@ WIDE = tuple(name for name, row in FLOATS.items() if not row.is_half)
 HALF = tuple(name for name, row in FLOATS.items() if row.is_half)
 
 
-def listing(names):
-    """"float32, float64 or bfloat16": the names, for a message."""
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+def listing(names, last="or"):
+    """"float32, float64 or bfloat16": the names, for a message (``last``: the word before the
+    last name)."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" {last} " + names[-1]
 
 
 TAKEN = listing(NAMES)    # "float32, float64, bfloat16 or float16", for messages

@@ -8,6 +8,7 @@ import importlib.metadata
 import math
 
 from .. import bench_spec as spec
+from ..dtypes import listing
 from ..output import Column, Table, fmt_count, fmt_number, fmt_ratio, missing
 from ..registry import KERNELS, PEER_PACKAGES
 from . import plots
@@ -145,8 +146,7 @@ def _rounds(run):
             counts.setdefault(run.rounds(spec.PEER_SPEEDUP, default, shape=shape), []).append(names[shape])
     if not counts:
         return "none in these results: no peer was measured"
-    listed = lambda shapes: " and ".join([", ".join(shapes[:-1]), shapes[-1]] if len(shapes) > 1 else shapes)
-    return ", ".join(f"{n} for {listed(shapes)}" for n, shapes in counts.items())
+    return ", ".join(f"{n} for {listing(shapes, 'and')}" for n, shapes in counts.items())
 
 
 def peers(run):
