@@ -17,8 +17,9 @@
      negative left or right is unbounded (full attention: -1, -1, 0; causal: -1, 0, 0). Key
      tiles outside the band are skipped: a window costs O(n_q · (left + right + sinks)).
      A query that sees no key gets a zero row.
-   Returns 0 on success, 1 if scratch memory could not be allocated (out is then unspecified),
-   -1 for a shape it cannot read (group < 1, batch not a multiple of it, kv_rows < n_k). */
+   Returns 0 on success (batch = 0 or n_q = 0: nothing written), 1 if scratch memory could not
+   be allocated (out is then unspecified), -1 for a shape it cannot read (a negative size,
+   d < 1, group < 1, batch not a multiple of it, kv_rows < n_k). */
 int attn_forward_f32(const float *q, const float *k, const float *v, float *out,
                      int64_t batch, int64_t group, int64_t n_q, int64_t n_k, int64_t kv_rows,
                      int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks,

@@ -1060,8 +1060,10 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
                            int64_t d, int64_t d_v, int64_t left, int64_t right, int64_t sinks, real scale_e,
                            int n_threads)
 {
-    if (group < 1 || batch % group != 0 || kv_rows < n_k)
+    if (batch < 0 || n_q < 0 || n_k < 0 || d < 1 || d_v < 0 || group < 1 || batch % group != 0 || kv_rows < n_k)
         return -1;
+    if (batch == 0 || n_q == 0)
+        return 0;   /* no row to write (the tiles' and chunks' counts divide by batch) */
     const real scale = (real)(scale_e * LOG2E);   /* scores in base-2 units (see the top) */
     const TILE_OPS_T *ops = ACTIVE_OPS;
     const struct shape sh = make_shape(n_q, n_k, d, d_v, left, right, sinks, group, kv_rows, round_out);

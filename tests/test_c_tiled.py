@@ -117,6 +117,40 @@ def test_calls_of_any_size_in_turn_share_each_threads_kept_scratch():
         np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5 * np.sqrt(d))
 
 
+# (batch, group, n_q, n_k, d, d_v) -> the status every C entry point returns: an empty call
+# writes nothing; a shape it cannot read is -1 (attention.h), never a crash (a batch of 0
+# once divided by zero: SIGFPE)
+C_EDGE_SHAPES = {
+    (0, 1, 1, 8, 8, 8): 0, (0, 1, 40, 40, 8, 8): 0, (2, 1, 0, 8, 8, 8): 0,
+    (2, 1, 40, 40, 0, 8): -1, (2, 1, 1, 40, 0, 8): -1, (-2, 1, 40, 40, 8, 8): -1,
+    (2, 1, -1, 8, 8, 8): -1, (2, 1, 40, -8, 8, 8): -1, (2, 1, 40, 40, 8, -8): -1,
+}
+
+
+@pytest.mark.parametrize("entry", ["f32", "f64", "bf16", "f16", "q8", "q4"])
+def test_the_c_entry_points_answer_an_empty_or_unreadable_shape_with_a_status(entry):
+    """Called as attention.h declares them, on every split-KV and query-tile shape of
+    C_EDGE_SHAPES, each entry point returns its status and leaves out as it was."""
+    ffi, lib = c_tiled.ffi, c_tiled.lib
+    buffer, out = np.ones(4096), np.full(4096, 7.0)
+    real, elem = {"f64": ("double *", "double *"), "bf16": ("float *", "uint16_t *"),
+                  "f16": ("float *", "uint16_t *"), "q8": ("float *", "int8_t *"),
+                  "q4": ("float *", "uint8_t *")}.get(entry, ("float *", "float *"))
+    x, o, scales = ffi.cast(elem, ffi.from_buffer(buffer)), ffi.cast(real, ffi.from_buffer(out)), \
+        ffi.cast("float *", ffi.from_buffer(buffer))
+    forward = getattr(lib, f"attn_forward_{entry}")
+    for (batch, group, n_q, n_k, d, d_v), status in C_EDGE_SHAPES.items():
+        shape = (batch, group, n_q, n_k, max(n_k, 0), d, d_v, -1, -1, 0, 0.125, 2)
+        if entry in ("q8", "q4"):
+            answer = forward(ffi.cast("float *", x), x, scales, x, scales, o, *shape)
+        elif entry in ("bf16", "f16"):
+            answer = forward(x, x, x, o, 0, *shape)
+        else:
+            answer = forward(x, x, x, o, *shape)
+        assert answer == status, (batch, group, n_q, n_k, d, d_v)
+        assert (out == 7.0).all(), (batch, group, n_q, n_k, d, d_v)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 def test_rows_beside_one_whose_weights_underflow_keep_their_bits(isa, dtype):
     """The SIMD softmax leaves the underflow's compare out of a panel whose queries' scores
