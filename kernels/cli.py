@@ -84,8 +84,13 @@ def cmd_list(args):
     return 0
 
 
+def _named(kernels):
+    """The kernels a repeatable --kernel named, each once, in the order first named."""
+    return list(dict.fromkeys(kernels or ()))
+
+
 def cmd_verify(args):
-    names = args.kernel or list(KERNELS)
+    names = _named(args.kernel) or list(KERNELS)
     rows, failures, skips = [], 0, 0
     for outcome in harness.verify(names):
         c = outcome.comparison
@@ -110,13 +115,14 @@ def cmd_verify(args):
 def cmd_timing(args):
     """Median wall time of each kernel at a few sequence lengths (the quick look)."""
     dtype = np.dtype(args.dtype)
-    names = args.kernel or [name for name in KERNELS if name not in LEFT_OUT_BY_DEFAULT]
+    compute = dtypes.float_type(dtype).compute   # (standard_normal draws float32 or float64 only)
+    names = _named(args.kernel) or [name for name in KERNELS if name not in LEFT_OUT_BY_DEFAULT]
     unable = _kernels_unable(names, args, dtype)  # refuses before allocating anything
     rng = np.random.default_rng(0)
     rows = []
     for n in args.seq_len:
         shape = (args.heads, n, args.head_dim)
-        q, k, v = (rng.standard_normal(shape, dtype=dtype) for _ in range(3))
+        q, k, v = (rng.standard_normal(shape, dtype=compute).astype(dtype, copy=False) for _ in range(3))
         band = _band(args)
         flops = (band_flops(band, n, n, args.head_dim, batch=args.heads) if band.windowed
                  else attention_flops(n, n, args.head_dim, batch=args.heads, causal=args.causal))

@@ -114,6 +114,17 @@ def test_threads_after_the_command_sets_the_budget(capsys, budget_unchanged):
     assert out.splitlines()[0] == "float32, 1 head, d=8, full, threads: 1 thread, median of 1"
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_timing_times_a_16_bit_type_once_per_kernel_named(capsys, dtype):
+    """The 16-bit inputs are drawn in float32 and rounded (NumPy draws no 16-bit normals),
+    and a kernel named twice is one column."""
+    status, out, _ = run_main(capsys, "timing", "--kernel", "c_tiled", "--kernel", "numpy", "--kernel", "c_tiled",
+                              "--seq-len", "16", "--heads", "1", "--head-dim", "8", "--repeat", "1", "--dtype", dtype)
+    lines = out.splitlines()
+    assert status == 0 and lines[0].startswith(f"{dtype}, 1 head, d=8, full,")
+    assert lines[1].split() == ["n", "c_tiled", "numpy"] and lines[3].split()[0] == "16"
+
+
 def test_timing_takes_a_window_and_sinks_and_refuses_a_negative_side(capsys):
     status, out, _ = run_main(capsys, "timing", "--kernel", "numpy", "--seq-len", "16", "--heads", "1",
                               "--head-dim", "8", "--repeat", "1", "--window", "4", "none", "--sinks", "1")
