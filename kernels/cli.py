@@ -138,7 +138,7 @@ def cmd_timing(args):
                 attention(q, k, v, kernel=name, **_call_band(args))
                 times.append(time.perf_counter() - start)
             median = float(np.median(times))
-            row.append(f"{median * 1e3:.1f} ms {flops / median / 1e9:.1f} GF/s")
+            row.append(_timed(median, flops))
         rows.append(row)
         del q, k, v
     print(f"{dtype.name}, {_count(args.heads, 'head')}, d={args.head_dim}, {_band(args).describe()}, "
@@ -151,6 +151,14 @@ def cmd_timing(args):
             if name in KERNELS:
                 print(_left_out(KERNELS[name], args.heads))
     return 0
+
+
+def _timed(seconds, flops):
+    """A median and its rate, three significant figures each ("48.6 µs 43.1 GF/s"): a
+    small call's time and a slow kernel's rate read as more than 0.0."""
+    figure = lambda x: f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+    unit, scale = ("s", 1) if seconds >= 1 else ("ms", 1e3) if seconds >= 1e-3 else ("µs", 1e6)
+    return f"{figure(seconds * scale)} {unit} {figure(flops / seconds / 1e9)} GF/s"
 
 
 def _left_out(kernel, heads):

@@ -125,6 +125,13 @@ def test_timing_times_a_16_bit_type_once_per_kernel_named(capsys, dtype):
     assert lines[1].split() == ["n", "c_tiled", "numpy"] and lines[3].split()[0] == "16"
 
 
+@pytest.mark.parametrize("seconds, flops, text", [
+    (2.69e-3, 1.31e5, "2.69 ms 0.0487 GF/s"), (48.6e-6, 2.1e6, "48.6 µs 43.2 GF/s"),
+    (1.5, 3e12, "1.5 s 2,000 GF/s"), (0.25, 2.5e10, "250 ms 100 GF/s")])
+def test_timing_gives_three_significant_figures_of_a_time_and_its_rate(seconds, flops, text):
+    assert cli._timed(seconds, flops) == text
+
+
 def test_timing_takes_a_window_and_sinks_and_refuses_a_negative_side(capsys):
     status, out, _ = run_main(capsys, "timing", "--kernel", "numpy", "--seq-len", "16", "--heads", "1",
                               "--head-dim", "8", "--repeat", "1", "--window", "4", "none", "--sinks", "1")
