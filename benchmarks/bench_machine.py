@@ -4,7 +4,8 @@ The FMA peak per precision (the compute roof no kernel passes; bfloat16's is the
 dot products, where the CPU has AVX512-BF16), the rungs' GFLOP/s as a fraction of it timed
 side by side with its loop, sgemm/dgemm throughput of the installed BLAS, named, and its
 fraction of the same peak timed the same way (what a kernel doing 4·n²·d flops in matrix
-products could hope for), copy bandwidth and streaming-read bandwidth (what a decoding
+products could hope for), c_tiled's tile operations alone timed the same way (the roof of
+its own design), copy bandwidth and streaming-read bandwidth (what a decoding
 step, which reads the KV cache once, could hope for), the thread budget every kernel ran
 with, and the start-up costs: ``import kernels``, Numba's first compile, a cached first
 call.
@@ -102,6 +103,31 @@ class GemmFraction(ThreadBudget):
     def track_fraction(self, dtype, threads):
         return side_by_side(self.peak, self.gemm, spec.GEMM_FRACTION_ROUNDS, self.flops / self.peak_flops,
                             settle=spec.GEMM_FRACTION_SETTLE)
+
+    track_fraction.unit = "fraction"
+
+
+class TileFraction(ThreadBudget):
+    """c_tiled's tile operations alone (``ceilings.tile_loop``: its products and softmax on
+    tiles packed once, as a large call walks each key tile) as a fraction of its type's FMA
+    peak, timed side by side with the peak's loop doing as many flops on as many threads,
+    as ``PeakFraction`` times c_tiled: the roof of c_tiled's design on this CPU, which its
+    whole call falls short of by its packing, writing out and walk over the tiles."""
+
+    params = [list(spec.DTYPES), THREAD_COUNTS]
+    param_names = ["dtype", "threads"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 300
+
+    def setup(self, dtype, threads):
+        self.use_threads(threads)
+        flops = attention_flops(spec.HEADLINE_SEQ_LEN, spec.HEADLINE_SEQ_LEN, spec.HEAD_DIM, batch=spec.HEADS)
+        self.tiles, self.flops = ceilings.tile_loop(dtype, flops, threads, d=spec.HEAD_DIM)
+        self.peak, self.peak_flops = ceilings.peak_loop(dtype, self.flops, threads)
+        self.tiles()  # warm-up: scratch, the pool's helpers awake
+        self.peak()
+
+    def track_fraction(self, dtype, threads):
+        return side_by_side(self.peak, self.tiles, spec.PEAK_FRACTION_ROUNDS, self.flops / self.peak_flops)
 
     track_fraction.unit = "fraction"
 

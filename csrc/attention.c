@@ -398,6 +398,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)   /* Sᵀ rows per panel */
 #define ACTIVE_OPS active->f32
 #define EXP2 exp2f
+#define TILE_PEAK
 #include "flash_driver_template.h"
 #undef SUFFIX
 #undef q_elem
@@ -533,6 +534,7 @@ __attribute__((constructor)) static void select_default_isa(void)
 #define KEY_CAP round_up(KEY_TILE, KEY_BLOCK)
 #define ACTIVE_OPS active->f64
 #define EXP2 exp2
+#define TILE_PEAK
 #include "flash_driver_template.h"
 #undef SUFFIX
 #undef q_elem
@@ -587,4 +589,11 @@ int attn_forward_q4(const float *q, const uint8_t *k, const float *k_scale, cons
 {
     return forward_q4(q, &(struct kv_q4){.k = k, .v = v, .k_scale = k_scale, .v_scale = v_scale},
                       out, 0, SHAPE_ARGS);
+}
+
+double attn_tile_peak(int32_t bits, int64_t d, int32_t threads, int64_t rounds)
+{
+    if (d < 1 || (bits != 32 && bits != 64))
+        return -1.0;
+    return bits == 32 ? tile_peak_f32(d, threads, rounds) : tile_peak_f64(d, threads, rounds);
 }

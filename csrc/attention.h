@@ -147,6 +147,14 @@ const char *attn_fma_isa(int32_t index);
    allocated.  The caller times it. */
 double attn_fma_peak(const char *isa, int32_t bits, int32_t threads, int64_t iterations);
 
+/* The ceiling of c_tiled's design on this CPU: its tile operations alone (qk_tile,
+   online_softmax, pv_tile on the selected path's panels), on the pool's `threads` threads,
+   each walking one packed key tile over one packed query tile of a large call's rows,
+   `rounds` times, as a call walks each of its key tiles (no packing, transposing or walk
+   over heads and tiles); `bits` 32 or 64 for float32 or float64, d = d_v. Returns the flops
+   performed, 4 · rows · keys · d a round and thread, or -1 for other bits, d < 1, or
+   scratch that could not be allocated.  The caller times it. */
+double attn_tile_peak(int32_t bits, int64_t d, int32_t threads, int64_t rounds);
 /* 1 when this CPU multiplies bfloat16 faster on AVX512-BF16's dot products than widened
    to float32 on AVX-512's FMAs (their loops timed once on the calling thread, ~0.5 ms, at
    the first call), else 0 (and on a CPU without the unit).  "auto" takes the avx512-bf16

@@ -1105,6 +1105,63 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
     return atomic_load(&loop.failed);
 }
 
+#ifdef TILE_PEAK
+/* The tile operations' ceiling (attn_tile_peak): what a large call's time is made of, bar
+   packing, transposing and the walk over heads and tiles. Each thread's task walks one key
+   tile of KEY_TILE keys over one query tile of the rows a large call's tiles have, both
+   packed once, `rounds` times, as walk_keys walks each key tile of a call: qk_tile,
+   online_softmax and pv_tile, panel by panel, on the path c_tiled runs (ACTIVE_OPS, its
+   wide panels). The inputs are fixed values in [-1, 1]; m, l and Oᵀ carry over from round
+   to round as from tile to tile (l and Oᵀ grow by at most KEY_TILE a round: far from
+   overflow). -> its flops, 4 · rows · KEY_TILE · d a round and thread; -1 if a thread's
+   scratch could not be allocated. */
+struct SUFFIX(tile_peak) {
+    int64_t d, rows, rounds;
+    atomic_int failed;
+};
+
+static void SUFFIX(tile_peak_task)(void *context, int64_t task, int32_t worker)
+{
+    (void)task;
+    (void)worker;
+    struct SUFFIX(tile_peak) *run = context;
+    const TILE_OPS_T *ops = ACTIVE_OPS;
+    const int64_t d = run->d, rows = run->rows, keys = KEY_TILE, values = (rows + 2 * keys) * d;
+    const struct shape sh = make_shape(rows, keys, d, d, -1, -1, 0, 1, keys, 0);
+    struct SUFFIX(scratch) sc;
+    SUFFIX(scratch_alloc)(&sc, &sh, ops, rows);   /* (k_in_place, v_in_place 0: packed, as a large call's) */
+    real *x = malloc((size_t)values * sizeof(real));
+    if (!sc.block || !x) {
+        free(x);
+        atomic_store(&run->failed, 1);
+        return;
+    }
+    for (int64_t i = 0; i < values; i++)
+        x[i] = (real)((i * 37 % 101) / 50.0 - 1.0);
+    const struct SUFFIX(kv) kv = {.k = x + rows * d, .v = x + (rows + keys) * d};
+    const real scale = (real)(LOG2E / sqrt((double)d));
+    SUFFIX(pack_qt)(ops, x, rows, rows, d, ops->query_panel, scale, sc.scales, sc.qt);
+    for (int64_t r = 0; r < rows; r++) {
+        sc.m[r] = -INFINITY;
+        sc.l[r] = 0;
+    }
+    memset(sc.ot, 0, rows * round_up(d, COL_BLOCK) * sizeof(real));
+    for (int64_t round = 0; round < run->rounds; round++)
+        SUFFIX(walk_keys)(ops, &sh, scale, &kv, 0, 0, rows, 0, keys, &sc);   /* packs K and V once */
+    free(x);
+}
+
+static double SUFFIX(tile_peak)(int64_t d, int32_t threads, int64_t rounds)
+{
+    const TILE_OPS_T *ops = ACTIVE_OPS;
+    struct SUFFIX(tile_peak) run = {
+        .d = d, .rows = QUERY_TILE / ops->query_panel * ops->query_panel, .rounds = rounds < 0 ? 0 : rounds};
+    threads = threads < 1 ? 1 : threads;
+    pool_run(threads, threads, POOL_IN_SHARES, SUFFIX(tile_peak_task), &run);   /* one task a thread */
+    return atomic_load(&run.failed) ? -1.0 : 4.0 * run.rows * KEY_TILE * d * (double)run.rounds * threads;
+}
+#endif
+
 #undef PARTIAL_M
 #undef PARTIAL_L
 #undef PARTIAL_ACC
@@ -1120,3 +1177,4 @@ static int SUFFIX(forward)(const q_elem *q, const struct SUFFIX(kv) *kv, void *o
 #undef PACKED_VALUE
 #undef KV_TILE_STAGED
 #undef KV_READ_IN_PLACE
+#undef TILE_PEAK

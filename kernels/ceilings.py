@@ -5,6 +5,7 @@
     fma_peak_gflops("bfloat16")             # the bfloat16 dot-product peak (AVX512-BF16 only)
     missing_unit("bfloat16")                # "no AVX512-BF16 on this CPU", or None where it runs
     peak_loop("float32", flops)             # (call, its flops): the peak's loop, sized to a kernel's call
+    tile_loop("float32", flops)             # (call, its flops): c_tiled's tile operations alone, likewise
     roof_type("float16")                    # "float32": the type whose peak bounds a kernel in float16
     bf16_dot_pays()                         # whether bfloat16's dot products beat float32's FMAs here
     read_loop()                             # (call, its bytes): the streaming read over the budget
@@ -20,7 +21,10 @@ products summed into each float32 lane, 2 flops per product (twice float32's flo
 instruction), where those outrun float32's FMAs (not everywhere: Sapphire Rapids issues
 them at half an FMA's rate); elsewhere bfloat16 is fastest widened to float32 (as float16
 is on every CPU here), so float32's FMA peak is its roof.  The gemm is the roof
-a kernel made of matrix products can hope for.  Both are timed on the thread budget
+a kernel made of matrix products can hope for; c_tiled's tile operations alone (its
+products and softmax on tiles already packed, csrc/flash_driver_template.h's tile_peak) are
+the roof of its own design, which its whole call falls short of by what packing, writing
+out and walking the tiles cost.  They are timed on the thread budget
 (``kernels.threads``): the figures of 1 thread and of the budget together say how far a
 second core helps, on a machine whose other work they do not control, so each is a list of
 samples whose spread shows that.
@@ -138,6 +142,22 @@ def peak_loop(dtype, flops, threads=None):
     per_round = loop(1)
     rounds = max(1, round(flops / per_round))
     return functools.partial(loop, rounds), per_round * rounds
+
+
+def tile_loop(dtype, flops, threads=None, d=64):
+    """(call, its flops): c_tiled's tile operations alone in float32 or float64, on the path
+    it runs (``attn_tile_peak``: each thread walks one packed key tile over one packed query
+    tile of a large call's, qk_tile, the online softmax and pv_tile, with head dimension
+    ``d``) on ``threads`` (default the budget), the whole number of rounds nearest ``flops``
+    (at least one), to be timed beside the peak's loop as a kernel's call is (``peak_loop``).
+    TypeError for another type.  Cost: a query tile and a key tile a thread."""
+    bits = {"float32": 32, "float64": 64}[dtypes.float_type(dtype, dtypes.WIDE).name]
+    lib, n_threads = _extension()[1], _threads(threads)
+    per_round = lib.attn_tile_peak(bits, d, n_threads, 1)
+    if per_round <= 0:
+        raise MemoryError(f"c_tiled's tile operations: no scratch for {n_threads} threads at d={d}")
+    rounds = max(1, round(flops / per_round))
+    return functools.partial(lib.attn_tile_peak, bits, d, n_threads, rounds), per_round * rounds
 
 
 def roof_type(dtype):

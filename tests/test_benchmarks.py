@@ -65,7 +65,8 @@ def test_setup_and_teardown_hold_on_every_skipped_case(bench_modules, monkeypatc
     classes = [cls for module in bench_modules.values()
                for _, cls in inspect.getmembers(module, inspect.isclass)
                if cls.__module__ == module.__name__ and getattr(cls, "params", None)
-               and cls.__name__ not in ("Ceilings", "GemmFraction", "Blas", "CacheFidelity", "KeyGranularity")]
+               and cls.__name__ not in ("Ceilings", "GemmFraction", "TileFraction", "Blas", "CacheFidelity",
+                                        "KeyGranularity")]
     assert {"SeqLen", "Threads", "PeerSpeedup", "MemoryWall", "ModelLayer", "InContext"} <= \
         {cls.__name__ for cls in classes}
     for cls in classes:
@@ -116,13 +117,17 @@ def test_peak_fraction_times_a_rung_beside_its_roofs_loop(bench_modules, monkeyp
     assert kernels.threads.budget() == budget
 
 
+@pytest.mark.parametrize("ceiling", ["GemmFraction", "TileFraction"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_gemm_fraction_times_the_blas_beside_the_peaks_loop(bench_modules, monkeypatch, dtype):
-    """Two side-by-side rounds, one thread: NumPy's gemm ÷ the FMA peak of its type, each
-    above 0 and under the roof (1 plus the rounds' noise), the budget put back."""
+def test_a_roof_is_timed_beside_the_peaks_loop(bench_modules, monkeypatch, ceiling, dtype):
+    """Two side-by-side rounds, one thread: NumPy's gemm (GemmFraction) or c_tiled's tile
+    operations alone (TileFraction, sized to a smaller headline) ÷ the FMA peak of its type,
+    each above 0 and under the roof (1 plus the rounds' noise), the budget put back."""
     monkeypatch.setattr(bench_spec, "GEMM_FRACTION_ROUNDS", 2)
+    monkeypatch.setattr(bench_spec, "PEAK_FRACTION_ROUNDS", 2)
     monkeypatch.setattr(bench_spec, "GEMM_FRACTION_SETTLE", 0.0)   # one thread: no BLAS workers to outwait
-    benchmark, budget = bench_modules["bench_machine"].GemmFraction(), kernels.threads.budget()
+    monkeypatch.setattr(bench_spec, "HEADLINE_SEQ_LEN", 512)
+    benchmark, budget = getattr(bench_modules["bench_machine"], ceiling)(), kernels.threads.budget()
     try:
         benchmark.setup(dtype, 1)
         fractions = benchmark.track_fraction(dtype, 1)

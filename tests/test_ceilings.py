@@ -1,13 +1,15 @@
 """The machine's ceilings (kernels.ceilings, csrc/fma_peak.c): the FMA loop counts the flops
 it runs, refuses an ISA the CPU lacks, measures on the thread budget only, bfloat16's
 dot-product loop runs where the CPU has AVX512-BF16 and is refused, naming the unit,
-elsewhere, and the BLAS is named with what forces it, without touching this process's
+elsewhere, c_tiled's tile operations loop counts its tiles' flops, and the BLAS is named with what forces it, without touching this process's
 environment.
 
 No figure is asserted: how fast the machine is gets measured in benchmarks, not here.
 """
 import math
 import os
+import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -101,6 +103,31 @@ def test_peak_loop_does_the_flops_asked_for(dtype):
     assert flops == 10 * per_round   # the nearest whole number of rounds
     assert call() == flops
     assert ceilings.peak_loop(dtype, 1.0, threads=1)[1] == per_round   # at least one round
+
+
+def tile_size(name):
+    """A tile size as csrc/tiles.h defines it (the extension is built with its defaults)."""
+    text = (pathlib.Path(__file__).parents[1] / "csrc" / "tiles.h").read_text()
+    return int(re.search(rf"#define {name} (\d+)", text).group(1))
+
+
+@pytest.mark.parametrize("dtype, bits, name", [("float32", 32, "F32"), ("float64", 64, "F64")])
+def test_the_tile_operations_loop_counts_its_tiles_flops(dtype, bits, name):
+    """TileFraction's call: each round and thread walks one key tile over one query tile of
+    a large call's (the tiles are multiples of every panel), 4 · rows · keys · d flops, the
+    whole number of rounds nearest the flops asked for; -1 from the C entry for other bits
+    or d < 1, nothing for no rounds."""
+    lib = ceilings._extension()[1]
+    per_round = 4 * tile_size(f"ATTN_{name}_QUERY_TILE") * tile_size(f"ATTN_{name}_KEY_TILE") * 16
+    assert lib.attn_tile_peak(bits, 16, 1, 3) == 3 * per_round
+    assert lib.attn_tile_peak(bits, 16, 2, 1) == 2 * per_round
+    assert lib.attn_tile_peak(bits, 16, 1, 0) == 0
+    assert lib.attn_tile_peak(16, 16, 1, 1) == lib.attn_tile_peak(bits, 0, 1, 1) == -1
+    call, flops = ceilings.tile_loop(dtype, 4.4 * per_round, threads=1, d=16)
+    assert flops == 4 * per_round and call() == flops
+    assert ceilings.tile_loop(dtype, 1.0, threads=1, d=16)[1] == per_round   # at least one round
+    with pytest.raises(TypeError, match="bfloat16"):
+        ceilings.tile_loop("bfloat16", per_round)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

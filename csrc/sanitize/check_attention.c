@@ -739,6 +739,27 @@ static void check_read_sum(void)
         }
 }
 
+/* The tile operations' ceiling (attn_tile_peak), which the benchmarks time beside the FMA
+   peak: on every ISA this CPU runs and each type, a few rounds over its scratch and tiles,
+   at a d that fills no whole vector, on 1 and more threads, its flops as counted. */
+static void check_tile_peak(void)
+{
+    static const int64_t d = 19, rounds = 2;
+    for (int isa = 0; isa < N_ISAS; isa++)
+        for (int bits = 32; bits <= 64 && isa_available[isa]; bits += 32)
+            for (int ti = 0; ti < 2; ti++) {
+                attn_select_isa(ISAS[isa]);
+                const int64_t rows = bits == 32 ? ATTN_F32_QUERY_TILE : ATTN_F64_QUERY_TILE;
+                const int64_t keys = bits == 32 ? ATTN_F32_KEY_TILE : ATTN_F64_KEY_TILE;
+                const double flops = attn_tile_peak(bits, d, thread_counts[ti], rounds);
+                if (flops != 4.0 * rows * keys * d * rounds * thread_counts[ti]) {
+                    printf("FAIL attn_tile_peak on %s, %d bits, %d threads: %.17g flops\n", ISAS[isa], bits,
+                           thread_counts[ti], flops);
+                    failures++;
+                }
+            }
+}
+
 int main(void)
 {
     for (int isa = 0; isa < N_ISAS; isa++) {
@@ -764,6 +785,7 @@ int main(void)
            (int)ATTN_F64_QUERY_TILE, (int)ATTN_F64_KEY_TILE, (int)DECODE_MAX_QUERIES);
 
     check_read_sum();
+    check_tile_peak();
     uint64_t seed = 1;
     for (size_t i = 0; i < sizeof HARNESS_CASES / sizeof HARNESS_CASES[0]; i++)
         check_shape(&HARNESS_CASES[i], 1, 0, seed++);

@@ -3,8 +3,9 @@
 AVX512-BF16), a kernel's fraction of its type's peak timed side by side with the peak's loop
 (``PeakFraction``; every fraction of a peak the report gives is read here), NumPy's BLAS,
 named (``Blas``), its gemm and that gemm's fraction of the same peak timed the same way
-(``GemmFraction``: the practical roof of a kernel made of matrix products), and the
-bandwidths.
+(``GemmFraction``: the practical roof of a kernel made of matrix products), c_tiled's tile
+operations alone timed the same way (``TileFraction``: the roof of its own design), and
+the bandwidths.
 
 bfloat16's roof is the machine's question, not a kernel's: the faster of the two ways this
 CPU can multiply it, its dot-product unit where it has AVX512-BF16 (``vdpbf16ps``) and
@@ -95,6 +96,30 @@ def gemm_fraction(run, dtype="float32", threads=None):
     return run.value(spec.GEMM_FRACTION, dtype=dtype, threads=threads or every_thread_count(run))
 
 
+def tile_fraction(run, dtype="float32", threads=None):
+    """c_tiled's tile operations alone in ``dtype`` ÷ the type's FMA peak on ``threads``
+    (default: the budget), timed side by side with the peak's loop (``TileFraction``); NaN
+    when not measured."""
+    return run.value(spec.TILE_FRACTION, dtype=dtype, threads=threads or every_thread_count(run))
+
+
+def tile_roof_text(run):
+    """The roof of c_tiled's design in a sentence, beside what its whole call reaches; None
+    for results without ``TileFraction`` (it came later than the other ceilings)."""
+    if not run.measured(spec.TILE_FRACTION):
+        return None
+    every = every_thread_count(run)
+    fractions = ", ".join(f"{dtype} {text(tile_fraction(run, dtype, 1), fmt_percent)} of its peak on one thread, "
+                          f"{text(tile_fraction(run, dtype, every), fmt_percent)} on {text(every, fmt_number)}"
+                          for dtype in spec.DTYPES)
+    whole = text(peak_fraction(run, "c_tiled", "float32", every), fmt_percent)
+    return (f"its tile operations alone (`TileFraction`: its products and online softmax on tiles "
+            f"packed once, as a large call walks each key tile; csrc/flash_driver_template.h, tile_peak), timed "
+            f"side by side with the FMA peak's loop: {fractions}. Its whole call reaches {whole} of float32's "
+            f"peak (full, {text(every, fmt_number)} threads): the rest goes to packing, writing out and walking "
+            f"the tiles")
+
+
 def blas_name(run):
     """The BLAS the gemm figures are of (``Blas``'s parameter), or "the installed BLAS"."""
     names = run.param_values(spec.BLAS_THREADS, "blas")
@@ -141,5 +166,6 @@ def ceilings_text(run):
             f"- **bfloat16's roof:** {bf16_roof_text(run)}.",
             f"- **BLAS:** {blas_name(run)}: {gemms}{unforced_text}.  Timed side by side with the FMA peak's loop "
             f"as the kernels are (`GemmFraction`), the practical roof of a kernel made of matrix products: {fractions}.",
+            *([f"- **c_tiled's own roof:** {tile_roof}."] if (tile_roof := tile_roof_text(run)) else []),
             f"- **Memory roof:** streaming read {text(run.value(spec.READ_BANDWIDTH), lambda v: f'{v:.1f} GB/s')} "
             f"(csrc/read_peak.c, {format_bytes(READ_BYTES)}, every thread); copy {text(run.value(spec.BANDWIDTH), lambda v: f'{v:.1f} GB/s')} (one thread)."]

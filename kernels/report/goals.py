@@ -18,7 +18,7 @@ from ..output import Column, Table, fmt_count, fmt_number, interval, missing, ra
 from ..spread import bounds
 from .cache import (cache_error, cache_speedup, cache_tokens, fidelity_sizes, generate_sizes, generate_speedup,
                     over_fastest_peer, worst_read_fraction)
-from .ceilings import bf16_dot_is_roof, gemm_fraction, has_bf16_dot_product, peak_fraction
+from .ceilings import bf16_dot_is_roof, gemm_fraction, has_bf16_dot_product, peak_fraction, tile_fraction
 from .decode import CALL_COST_WORDS, cache_read_fraction, call_cost
 from .document import Section
 from .half import half_min_cosine, half_speedup
@@ -37,8 +37,9 @@ class Goal:
     {numpy_n}, {decode_n} (the largest prefix the cached decode ran), {seen_n} (the most
     tokens a bounded cache was measured after), {cache_n} (the caches' tokens in the cache
     formats' figures), {prompt_n} and {generated_n} (the generation loop's), {fidelity_steps}
-    (the formats' decode error's steps) and {sgemm_fraction} (NumPy's sgemm ÷ the float32
-    FMA peak, side by side, every thread): a quick run's sizes are its own."""
+    (the formats' decode error's steps), {sgemm_fraction} (NumPy's sgemm ÷ the float32
+    FMA peak, side by side, every thread) and {tile_fraction} (a clause giving c_tiled's tile
+    operations alone on the same terms, where measured): a quick run's sizes are its own."""
 
     what: str
     measure: Callable     # run -> the measured value, NaN when missing
@@ -183,7 +184,7 @@ GOALS = (
          "set where a good gemm reached about 0.85 of the FMA peak (once 0.85 of sgemm, but a BLAS's speed is "
          "its own, not the machine's: an environment variable can pin it to an older core's kernels); both "
          "products are gemm-shaped, and the softmax's exp and rescaling cost a little more. This run's sgemm: "
-         "{sgemm_fraction} of the same peak, side by side (`GemmFraction`)"),
+         "{sgemm_fraction} of the same peak, side by side (`GemmFraction`){tile_fraction}"),
     *(Goal(kernel + " speed over numpy, float32, one head, n = {numpy_n}, " + SIDE_BY_SIDE,
            lambda run, kernel=kernel: numpy_speedup(run, kernel), 3, True,
            "tiling pays once numpy's n × n scores have left the caches")
@@ -340,7 +341,9 @@ def goals(run):
                   decode_n=text(_largest_decode(run), fmt_count), seen_n=text(largest_seen(run), fmt_count),
                   cache_n=fmt_count(cache_tokens(run)), prompt_n=fmt_count(prompt_n),
                   generated_n=fmt_count(generated_n), fidelity_steps=fmt_count(steps),
-                  sgemm_fraction=text(gemm_fraction(run), fmt_number))
+                  sgemm_fraction=text(gemm_fraction(run), fmt_number),
+                  tile_fraction=(f"; c_tiled's own tile operations alone: {text(tile_fraction(run), fmt_number)} "
+                                 "(`TileFraction`)" if run.measured(spec.TILE_FRACTION) else ""))
     rows = []
     for goal in GOALS:
         measured = goal.measure(run)
