@@ -313,9 +313,9 @@ def test_ceilings_are_the_machines_and_every_throughput_a_share_of_the_fma_peak(
     assert ("- **c_tiled's own roof:** its tile operations alone (`TileFraction`: its products and online "
             "softmax on tiles packed once, as a large call walks each key tile; csrc/flash_driver_template.h, "
             "tile_peak), timed side by side with the FMA peak's loop: float32 85% ±2% of its peak on one thread, "
-            "80% ±2% on 4, float64 80% ±2% of its peak on one thread, 75% ±3% on 4. Its whole call reaches "
-            "62% ±4% of float32's peak (full, 4 threads): the rest goes to packing, writing out and walking the "
-            "tiles.") in opening
+            "80% ±2% on 4, float64 80% ±2% of its peak on one thread, 75% ±3% on 4. Its whole call on the "
+            "headline's float32 shape (full, 4 threads) reaches 62% ±4%: the rest goes to packing, writing out "
+            "and walking the tiles.") in opening
 
 
 def test_results_without_the_tile_operations_roof_leave_it_unsaid(results_copy, tmp_path):

@@ -115,9 +115,9 @@ def tile_roof_text(run):
     whole = text(peak_fraction(run, "c_tiled", "float32", every), fmt_percent)
     return (f"its tile operations alone (`TileFraction`: its products and online softmax on tiles "
             f"packed once, as a large call walks each key tile; csrc/flash_driver_template.h, tile_peak), timed "
-            f"side by side with the FMA peak's loop: {fractions}. Its whole call reaches {whole} of float32's "
-            f"peak (full, {text(every, fmt_number)} threads): the rest goes to packing, writing out and walking "
-            f"the tiles")
+            f"side by side with the FMA peak's loop: {fractions}. Its whole call on the headline's float32 shape "
+            f"(full, {text(every, fmt_number)} threads) reaches {whole}: the rest goes to packing, writing out "
+            f"and walking the tiles")
 
 
 def blas_name(run):
