@@ -151,7 +151,7 @@ def tile_loop(dtype, flops, threads=None, d=64):
     ``d``) on ``threads`` (default the budget), the whole number of rounds nearest ``flops``
     (at least one), to be timed beside the peak's loop as a kernel's call is (``peak_loop``).
     TypeError for another type.  Cost: a query tile and a key tile a thread."""
-    bits = {"float32": 32, "float64": 64}[dtypes.float_type(dtype, dtypes.WIDE).name]
+    bits = PEAK_BITS[dtypes.float_type(dtype, dtypes.WIDE).name]
     lib, n_threads = _extension()[1], _threads(threads)
     per_round = lib.attn_tile_peak(bits, d, n_threads, 1)
     if per_round <= 0:

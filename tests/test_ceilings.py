@@ -1,8 +1,8 @@
 """The machine's ceilings (kernels.ceilings, csrc/fma_peak.c): the FMA loop counts the flops
 it runs, refuses an ISA the CPU lacks, measures on the thread budget only, bfloat16's
 dot-product loop runs where the CPU has AVX512-BF16 and is refused, naming the unit,
-elsewhere, c_tiled's tile operations loop counts its tiles' flops, and the BLAS is named with what forces it, without touching this process's
-environment.
+elsewhere, c_tiled's tile operations loop counts its tiles' flops, and the BLAS is named with
+what forces it, without touching this process's environment.
 
 No figure is asserted: how fast the machine is gets measured in benchmarks, not here.
 """

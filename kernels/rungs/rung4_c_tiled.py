@@ -311,8 +311,8 @@ def call_step(q, k, v, band, scale, out_shape):
 def _raise_status(status, kv_rows, n_k, d, d_v):
     """The error of an entry point's nonzero status."""
     if status < 0:   # a shape attention.h says it cannot read (the checks before a call refuse them all)
-        raise ValueError(f"c_tiled: the C kernel cannot read this shape (n_k={n_k}, K/V heads {kv_rows} rows apart, d={d}, "
-                         f"d_v={d_v})")
+        raise ValueError(f"c_tiled: the C kernel cannot read this shape (n_k={n_k}, K/V heads {kv_rows} rows "
+                         f"apart, d={d}, d_v={d_v})")
     raise MemoryError(f"c_tiled: could not allocate per-thread scratch tiles (d={d}, d_v={d_v}, threads={budget()})")
 
 
