@@ -138,10 +138,7 @@ def peak_loop(dtype, flops, threads=None):
     (at least one), to be timed beside a kernel's call of ``flops``: the kernel's GFLOP/s
     as a fraction of the peak is then (loop's time ÷ kernel's) × (flops ÷ the loop's).
     ValueError as ``fma_peak_gflops``."""
-    loop = _loop(dtype, threads, None)
-    per_round = loop(1)
-    rounds = max(1, round(flops / per_round))
-    return functools.partial(loop, rounds), per_round * rounds
+    return _sized(_loop(dtype, threads, None), flops)
 
 
 def tile_loop(dtype, flops, threads=None, d=64):
@@ -153,11 +150,18 @@ def tile_loop(dtype, flops, threads=None, d=64):
     TypeError for another type.  Cost: a query tile and a key tile a thread."""
     bits = PEAK_BITS[dtypes.float_type(dtype, dtypes.WIDE).name]
     lib, n_threads = _extension()[1], _threads(threads)
-    per_round = lib.attn_tile_peak(bits, d, n_threads, 1)
-    if per_round <= 0:
+    loop = functools.partial(lib.attn_tile_peak, bits, d, n_threads)
+    if loop(0) < 0:
         raise MemoryError(f"c_tiled's tile operations: no scratch for {n_threads} threads at d={d}")
+    return _sized(loop, flops)
+
+
+def _sized(loop, flops):
+    """(call, its flops): ``loop(rounds)``, which returns its flops, for the whole number of
+    rounds nearest ``flops`` (at least one)."""
+    per_round = loop(1)
     rounds = max(1, round(flops / per_round))
-    return functools.partial(lib.attn_tile_peak, bits, d, n_threads, rounds), per_round * rounds
+    return functools.partial(loop, rounds), per_round * rounds
 
 
 def roof_type(dtype):
