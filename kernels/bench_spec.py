@@ -110,6 +110,10 @@ def peak_fraction_case(kernel, dtype, every_thread, causal):
     return None
 
 
+# PeakFraction's rounds, and TileFraction's: c_tiled's tile operations alone
+# (ceilings.tile_loop) ÷ the FMA peak of their type, float32 and float64, on one thread and
+# every CPU, side by side with the peak's loop as PeakFraction times c_tiled: the roof of
+# c_tiled's own design.
 PEAK_FRACTION_ROUNDS = 3 if QUICK else 7
 
 # GemmFraction: NumPy's gemm (Machine's 2048² product) ÷ the FMA peak of its type, side by
@@ -122,9 +126,6 @@ PEAK_FRACTION_ROUNDS = 3 if QUICK else 7
 # 0.71-0.75 after 0.3 s.
 GEMM_FRACTION_ROUNDS = 3 if QUICK else 7
 GEMM_FRACTION_SETTLE = 0.25
-# TileFraction: c_tiled's tile operations alone (ceilings.tile_loop) ÷ the FMA peak of their
-# type, float32 and float64, on one thread and every CPU, PEAK_FRACTION_ROUNDS rounds side by
-# side with the peak's loop as PeakFraction times c_tiled: the roof of c_tiled's own design.
 
 
 # HalfSpeedup: each tiled rung in a 16-bit type over itself in float32, side by side, on
