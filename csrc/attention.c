@@ -31,7 +31,20 @@
    the Xeon above, AVX-512. V: query tiles of 32 rows (one head, n = 64, 2 threads) 1.07×,
    48 (n = 256) 1.08×, 144 (n = 1024) 1.03×, 288 (n = 2048) 1.01×, 528 (two heads, n = 1024
    and 2048, one thread; one head, n = 4096, 2 threads) 0.99-1.00×. K then too: n = 64
-   1.09-1.12× (AVX2 1.06×), n = 256 1.15×. Tiles of up to 288 rows read them in place. */
+   1.09-1.12× (AVX2 1.06×), n = 256 1.15×. Tiles of up to 288 rows read them in place.
+
+   What a large call spends beyond its tile operations (the Xeon above, float32, full, 8
+   heads, d = 64, 2 threads; the call timed beside attn_tile_peak's loop of as many flops,
+   medians of 9 alternating rounds, 5-11 runs each): the call reaches 0.94 of its tile
+   operations' rate (runs 0.92-1.00). At n = 4224, whose heads split into whole tiles with no
+   padded panel, 0.95; packing each task's K and V tiles once (an experiment: wrong results),
+   0.96; that and no fetch of the next tile, 0.98. So the padding, the packing and the next
+   tile's rows from L3 each cost 1-2%, and the rest (Qᵀ's packing, the first key tile's misses,
+   the normalisation) 2%. Tried beside the same loop, and no faster (call ÷ FMA peak,
+   alternated builds, differences within ±2%): query tiles of 2112 rows (half the reads of
+   K and V); the next tile's fetch in the micro-kernels' loops a line or two a step (as
+   the split-KV path's read-ahead), or split between the phases of a panel; pv_tile
+   leaving out its rescaling when a panel's maxima did not move. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
