@@ -34,17 +34,29 @@
    1.09-1.12× (AVX2 1.06×), n = 256 1.15×. Tiles of up to 288 rows read them in place.
 
    What a large call spends beyond its tile operations (the Xeon above, float32, full, 8
-   heads, d = 64, 2 threads; the call timed beside attn_tile_peak's loop of as many flops,
-   medians of 9 alternating rounds, 5-11 runs each): the call reaches 0.94 of its tile
-   operations' rate (runs 0.92-1.00). At n = 4224, whose heads split into whole tiles with no
-   padded panel, 0.95; packing each task's K and V tiles once (an experiment: wrong results),
-   0.96; that and no fetch of the next tile, 0.98. So the padding, the packing and the next
-   tile's rows from L3 each cost 1-2%, and the rest (Qᵀ's packing, the first key tile's misses,
-   the normalisation) 2%. Tried beside the same loop, and no faster (call ÷ FMA peak,
-   alternated builds, differences within ±2%): query tiles of 2112 rows (half the reads of
-   K and V); the next tile's fetch in the micro-kernels' loops a line or two a step (as
-   the split-KV path's read-ahead), or split between the phases of a panel; pv_tile
-   leaving out its rescaling when a panel's maxima did not move. */
+   heads, n = 4096, d = 64, one thread; rdtsc around each phase of a call, against
+   attn_tile_peak's loop of as many flops in the same process, medians of 5 pairs, 11 runs),
+   with the next key tile's K and V fetched in a burst per panel before qk_tile: the call
+   took 1.06-1.09 of the loop's cycles. qk_tile took 1.05-1.07 of the loop's, the softmax
+   1.01-1.04, pv_tile 0.98-1.01 (the padded last panel of each head counts 1.008); packing K
+   and V added 1.5% of the loop's time, Qᵀ's packing 0.6%, the normalisation 1%, the walk's
+   own work 1%. With each K and V tile packed once per task and nothing fetched (an
+   experiment: wrong results) the call took 1.03-1.04 and qk_tile 1.01-1.02: the burst, 64
+   KB a key tile from L3, stalled the phase it was issued in (moved after qk_tile, the
+   softmax took 1.23) about as long as reading it at one core's ~9 GB/s would.
+
+   So qk_tile and pv_tile now fetch it a line or two a micro-kernel step (struct read_ahead,
+   as the split-KV path's row operations do). Both ways alternated in one process (the way
+   read from the environment in a scratch build), medians of 15 rounds, the speed-up on 8
+   heads of n = 4096, d = 64, float32, full: 1.012 on 2 threads (quartiles 0.994-1.019),
+   1.025 on 1; and on 2 threads, causal 1.017, d = 128 1.022, float64 1.029, n = 1024 1.004,
+   one head of n = 1024 (K and V read in place) 0.998; the same build against itself 0.999.
+   Tried the same way, and not taken: query tiles of 2112 rows, half the fetches: 1.016× on
+   that headline call alone, 0.99-1.00× causal, at n = 2048, d = 128, in float64 and on 2
+   heads of 8192 (1584 rows 1.00×, 528 0.96×); pv_tile leaving out its rescaling when a
+   panel's maxima did not move, 1.000×. And between builds: a line a KB fetched, for the
+   hardware prefetchers to follow (packing then waits for the rest: 3.8%); K and V in 4 KB
+   pages rather than 2 MB ones (no change). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -113,16 +125,6 @@ static void *thread_scratch(size_t bytes)
         kept->bytes = kept->block ? bytes : 0;
     }
     return kept->block;
-}
-
-/* Prefetch into L2 slice `part` of `slices` equal slices of the bytes at p, one cache line
-   at a time: a loop over the parts fetches them all, spread over its iterations. */
-static void prefetch_slice(const void *p, size_t bytes, int64_t part, int64_t slices)
-{
-    const size_t from = bytes * part / slices / CACHE_LINE * CACHE_LINE;
-    const size_t to = bytes * (part + 1) / slices;   /* the next slice starts at its line */
-    for (size_t b = from; b < to; b += CACHE_LINE)
-        __builtin_prefetch((const char *)p + b, 0, 2);
 }
 
 /* The problem's shape, shared by all the instances. */

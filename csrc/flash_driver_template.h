@@ -489,6 +489,18 @@ static void SUFFIX(pv_panel_exact)(const real *st, const packed *vp, const int32
         }
 }
 
+/* slice `part` of `parts` of rows [row0, row0 + n) of a K or V head x (width values a row),
+   whole lines, as a read-ahead for a tile or row operation (tile_ops.h); nothing if n <= 0 */
+static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int64_t row0, int64_t n,
+                                            int64_t part, int64_t parts)
+{
+    if (n <= 0)
+        return read_ahead_of(NULL, 0);
+    const int64_t bytes = n * KV_ROW_ELEMS(width) * (int64_t)sizeof(kv_elem);
+    const int64_t from = bytes * part / parts / CACHE_LINE * CACHE_LINE, to = bytes * (part + 1) / parts;
+    return read_ahead_of((const char *)(x + row0 * KV_ROW_ELEMS(width)) + from, to - from);
+}
+
 /* One run of attend_query_tile's keys (run_keys), the key tiles [j_begin, j_end): for each,
    the query tile's panels through qk_tile, the band's mask, online_softmax and pv_tile. */
 static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, real scale,
@@ -530,33 +542,36 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
         for (int64_t p = 0; p < rows_pad / panel; p++)
             most_left_out = max_i64(most_left_out, sc->panel_first[p]);
         const int64_t finite = most_left_out ? SUFFIX(finite_keys)(sc->vp, most_left_out, d_v) : 0;
-        /* the next key tile's K and V rows, contiguous in the input, fetched into L2 a
-           slice per panel while this tile computes, so that packing them finds them there */
+        /* The next key tile's K and V rows, contiguous in the input, fetched into L2 a slice
+           per panel while this tile computes, so that packing them finds them there: by
+           qk_tile and pv_tile, a line or two a step. Fetched in a burst per panel before
+           qk_tile, they stalled it about as long as reading them would; spread, large calls
+           run 1-3% faster (attention.c's header). */
         const int64_t next_keys = min_i64(KEY_TILE, j_end - j0 - keys);
-        const size_t next_k_bytes = next_keys > 0 ? next_keys * d * sizeof(kv_elem) : 0;
-        const size_t next_v_bytes = next_keys > 0 ? next_keys * d_v * sizeof(kv_elem) : 0;
         /* One panel at a time through all three steps, so that its Sᵀ (KEY_CAP × panel) is
            still in L1 when the softmax and P V read it. A panel that sees none of the keys
            would keep its state unchanged: skipped. */
         for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
-            prefetch_slice(k + (j0 + keys) * d, next_k_bytes, r0 / panel, rows_pad / panel);
-            prefetch_slice(v + (j0 + keys) * d_v, next_v_bytes, r0 / panel, rows_pad / panel);
+            const struct read_ahead k_ahead = SUFFIX(rows_ahead)(k, d, j0 + keys, next_keys, r0 / panel,
+                                                                 rows_pad / panel);
+            const struct read_ahead v_ahead = SUFFIX(rows_ahead)(v, d_v, j0 + keys, next_keys, r0 / panel,
+                                                                 rows_pad / panel);
             const int32_t *panel_keys = sc->panel_keys + r0 / panel;
             const int whole = sc->panel_whole[r0 / panel];
             if (*panel_keys == 0)
                 continue;
 #if PAIRED
-            ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st, KEY_CAP);
+            ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st, KEY_CAP, k_ahead);
             const real *tile_range = NULL;   /* (the paired qk_tile finds no maxima) */
 #else
 #if KV_READ_IN_PLACE
             if (sc->k_in_place)
                 ops->qk_tile(k + j0 * d, d, 1, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, sc->st,
-                             KEY_CAP, sc->tile_range);
+                             KEY_CAP, sc->tile_range, k_ahead);
             else
 #endif
                 ops->qk_tile(sc->kp, 1, KEY_BLOCK, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, sc->st,
-                             KEY_CAP, sc->tile_range);
+                             KEY_CAP, sc->tile_range, k_ahead);
             /* qk_tile's maxima count every score it computed: the softmax's own, unless some
                are masked after or the keys were rounded up to its micro-kernel's */
             const real *tile_range = whole && *panel_keys % KEY_BLOCK == 0 ? sc->tile_range : NULL;
@@ -574,17 +589,17 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
 #if PAIRED
             ops->pack_p(sc->st, *panel_keys, sc->pt);   /* Pᵀ in bfloat16 pairs of keys */
             ops->pv_tile(sc->pt, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, d_v, panel,
-                         sc->ot + r0 * dv_pad);
+                         sc->ot + r0 * dv_pad, v_ahead);
 #elif KV_READ_IN_PLACE
             if (sc->v_in_place)
                 ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, v + j0 * d_v, d_v, COL_BLOCK,
-                             d_v, panel, sc->ot + r0 * dv_pad);
+                             d_v, panel, sc->ot + r0 * dv_pad, v_ahead);
             else
                 ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, COL_BLOCK,
-                             KEY_CAP * COL_BLOCK, d_v, panel, sc->ot + r0 * dv_pad);
+                             KEY_CAP * COL_BLOCK, d_v, panel, sc->ot + r0 * dv_pad, v_ahead);
 #else
             ops->pv_tile(sc->st, KEY_CAP, sc->visible + r0, sc->alpha + r0, sc->vp, COL_BLOCK, KEY_CAP * COL_BLOCK,
-                         d_v, panel, sc->ot + r0 * dv_pad);
+                         d_v, panel, sc->ot + r0 * dv_pad, v_ahead);
 #endif
         }
     }
@@ -647,18 +662,6 @@ static void SUFFIX(attend_query_tile)(const TILE_OPS_T *ops, const struct shape 
 #define PARTIAL_M 0
 #define PARTIAL_L 1
 #define PARTIAL_ACC 2
-
-/* slice `part` of `parts` of rows [row0, row0 + n) of a K or V head x (width values a row),
-   whole lines, as a read-ahead for a row operation (tile_ops.h); nothing if n <= 0 */
-static struct read_ahead SUFFIX(rows_ahead)(const kv_elem *x, int64_t width, int64_t row0, int64_t n,
-                                            int64_t part, int64_t parts)
-{
-    if (n <= 0)
-        return read_ahead_of(NULL, 0);
-    const int64_t bytes = n * KV_ROW_ELEMS(width) * (int64_t)sizeof(kv_elem);
-    const int64_t from = bytes * part / parts / CACHE_LINE * CACHE_LINE, to = bytes * (part + 1) / parts;
-    return read_ahead_of((const char *)(x + row0 * KV_ROW_ELEMS(width)) + from, to - from);
-}
 
 /* A decode step's integer keys (INT8_KEYS): its query rows quantised once, int8 a row at a
    time (row r's codes at q_codes + r · round_up(d, INT8_DOT_PAD), quantise_query_rows),

@@ -218,7 +218,8 @@ static inline float bf16_dot_lane(float acc, uint32_t a, uint32_t b)
 
 /* Bytes to fetch into L2 over a loop, a few lines a step (read_ahead_of, then in the loop's
    owner read_ahead_spread over its steps and read_ahead_step at each): the split-KV path's
-   next block, fetched while the row operations compute on the current one.  The hardware
+   next block, fetched while the row operations compute on the current one, and the query
+   tiles' next key tile, a slice per panel, while qk_tile and pv_tile compute.  The hardware
    prefetchers follow demand misses only (and stop at each 4 KB page), so while a block's
    arithmetic runs on cached rows nothing would be read; and a burst of prefetches for a
    whole block (512 lines of float32 K and V at d = 64) fills the miss buffers and stalls
@@ -280,9 +281,11 @@ struct tile_ops_f32 {
        scratch, their keys read), column p of key j at kp[j / KEY_BLOCK · KEY_BLOCK · d + j %
        KEY_BLOCK · k_key + p · k_col]: packed (pack_k: k_key = 1, k_col = KEY_BLOCK), or K's
        rows in place (k_key = d, k_col = 1); and tile_range (2 · rows_pad) = each query's
-       largest score of those computed, the rounded-up rows' included, then its smallest */
+       largest score of those computed, the rounded-up rows' included, then its smallest;
+       fetches `ahead` meanwhile, a line or two a micro-kernel step */
     void (*qk_tile)(const float *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys, const float *qt,
-                    int64_t rows_pad, int64_t d, float *st, int64_t key_cap, float *tile_range);
+                    int64_t rows_pad, int64_t d, float *st, int64_t key_cap, float *tile_range,
+                    struct read_ahead ahead);
     /* per query: m_new = max(m, column max of Sᵀ), Pᵀ = 2^(Sᵀ − m_new) (scores in base-2
        units: the driver's scale holds log2(e)), alpha = 2^(m − m_new), l = alpha · l +
        column sum of Pᵀ, m = m_new
@@ -295,10 +298,10 @@ struct tile_ops_f32 {
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ, query r summing over its first visible[r] keys, value column
        c of key j at vp[c / COL_BLOCK · v_block + j · v_key + c % COL_BLOCK]: packed (pack_v:
        v_key = COL_BLOCK, v_block = key_cap · COL_BLOCK), or V's rows in place (v_key = d_v,
-       v_block = COL_BLOCK, d_v a multiple of COL_BLOCK) */
+       v_block = COL_BLOCK, d_v a multiple of COL_BLOCK); fetches `ahead` meanwhile, as qk_tile */
     void (*pv_tile)(const float *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
                     const float *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
-                    float *ot);
+                    float *ot, struct read_ahead ahead);
     /* S (rows, s_stride) = scale · Q (rows, d) · Kᵀ (keys, d), 1 <= rows <= ROW_GROUP; each
        row of S holds round_up(keys, ROW_KEY_PAD) values, and those past keys may be
        overwritten; fetches `ahead` meanwhile */
@@ -324,12 +327,13 @@ struct tile_ops_f64 {
     void (*transpose)(const double *x, int64_t x_stride, int64_t rows, int64_t cols, const double *scale,
                       double *y, int64_t y_stride);
     void (*qk_tile)(const double *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys, const double *qt,
-                    int64_t rows_pad, int64_t d, double *st, int64_t key_cap, double *tile_range);
+                    int64_t rows_pad, int64_t d, double *st, int64_t key_cap, double *tile_range,
+                    struct read_ahead ahead);
     void (*online_softmax)(double *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, double *m, double *l, double *alpha, const double *tile_range);
     void (*pv_tile)(const double *pt, int64_t key_cap, const int32_t *visible, const double *alpha,
                     const double *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
-                    double *ot);
+                    double *ot, struct read_ahead ahead);
     void (*qk_rows)(const double *k, int64_t keys, int64_t d, const double *q, int64_t rows,
                     double scale, double *s, int64_t s_stride, struct read_ahead ahead);
     double (*online_softmax_row)(double *s, int64_t keys, double *m, double *l);
@@ -361,7 +365,8 @@ struct tile_ops_bf16 {
     /* Sᵀ (keys, rows_pad) = scale · K Qᵀ from kp and qt, as tile_ops_f32's qk_tile (the
        scale not in Qᵀ: rounding q · scale to bfloat16 would cost bits), no tile_range */
     void (*qk_tile)(const uint32_t *kp, const int32_t *panel_keys, const uint32_t *qt,
-                    int64_t rows_pad, int64_t d2, float scale, float *st, int64_t key_cap);
+                    int64_t rows_pad, int64_t d2, float scale, float *st, int64_t key_cap,
+                    struct read_ahead ahead);
     void (*online_softmax)(float *st, int64_t key_cap, const int32_t *panel_keys,
                            int64_t rows_pad, float *m, float *l, float *alpha, const float *tile_range);
     /* pt = one panel's Pᵀ (its first keys rows of st, bfloat16 values: online_softmax
@@ -369,7 +374,7 @@ struct tile_ops_bf16 {
     void (*pack_p)(const float *st, int64_t keys, uint32_t *pt);
     /* Oᵀ = alpha ⊙ Oᵀ + Vᵀ Pᵀ from pt and vp, query r summing over its first visible[r] keys */
     void (*pv_tile)(const uint32_t *pt, int64_t key_cap, const int32_t *visible, const float *alpha,
-                    const uint32_t *vp, int64_t d_v, int64_t rows_pad, float *ot);
+                    const uint32_t *vp, int64_t d_v, int64_t rows_pad, float *ot, struct read_ahead ahead);
     float (*online_softmax_row)(float *s, int64_t keys, float *m, float *l);
     struct row_ops_f32 dot_rows;
     /* the instructions themselves over arrays, for the tests (tile_ops_bf16_dot.h) */

@@ -50,12 +50,19 @@ INLINE_DOT void qk_micro_dot(const uint32_t *kp, const uint32_t *qt, int64_t d2,
 }
 
 static DOT_TARGET void qk_tile_dot(const uint32_t *kp, const int32_t *panel_keys, const uint32_t *qt,
-                                   int64_t rows_pad, int64_t d2, real scale, real *st, int64_t key_cap)
+                                   int64_t rows_pad, int64_t d2, real scale, real *st, int64_t key_cap,
+                                   struct read_ahead ahead)
 {
+    int64_t steps = 0;
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
-        for (int64_t j = 0; j < panel_keys[r0 / QUERY_PANEL]; j += MICRO_KEYS)
+        steps += ceil_div(panel_keys[r0 / QUERY_PANEL], MICRO_KEYS);
+    read_ahead_spread(&ahead, steps);
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL)
+        for (int64_t j = 0; j < panel_keys[r0 / QUERY_PANEL]; j += MICRO_KEYS) {
             qk_micro_dot(kp + j / KEY_BLOCK * d2 * KEY_BLOCK + j % KEY_BLOCK, qt + r0 * d2, d2, scale,
                          st + r0 * key_cap + j * QUERY_PANEL);
+            read_ahead_step(&ahead);
+        }
 }
 
 /* online_softmax with P rounded to bfloat16 (tile_ops_simd_template.h's WEIGHT) */
@@ -136,18 +143,21 @@ INLINE_DOT void pv_micro_dot(const uint32_t *pt, const uint32_t *vp, const int32
 
 static DOT_TARGET void pv_tile_dot(const uint32_t *pt, int64_t key_cap, const int32_t *visible,
                                    const real *alpha, const uint32_t *vp, int64_t d_v, int64_t rows_pad,
-                                   real *ot)
+                                   real *ot, struct read_ahead ahead)
 {
     const int64_t dv_pad = round_up(d_v, COL_BLOCK);
+    read_ahead_spread(&ahead, rows_pad / QUERY_PANEL * ceil_div(d_v, MICRO_COLS));
     for (int64_t r0 = 0; r0 < rows_pad; r0 += QUERY_PANEL) {
         int64_t shared = visible[r0], most = visible[r0];
         for (int64_t r = r0 + 1; r < r0 + QUERY_PANEL; r++) {
             shared = visible[r] < shared ? visible[r] : shared;
             most = visible[r] > most ? visible[r] : most;
         }
-        for (int64_t c = 0; c < d_v; c += MICRO_COLS)
+        for (int64_t c = 0; c < d_v; c += MICRO_COLS) {
             pv_micro_dot(pt + r0 * (key_cap / 2), vp + c / COL_BLOCK * (key_cap / 2) * COL_BLOCK + c % COL_BLOCK,
                          visible + r0, shared, most, alpha + r0, ot + r0 * dv_pad + c * QUERY_PANEL);
+            read_ahead_step(&ahead);
+        }
     }
 }
 

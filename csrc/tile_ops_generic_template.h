@@ -6,19 +6,24 @@
 #define GENERIC_QUERY_PANEL 8
 
 /* Sᵀ (keys, rows_pad) = K (keys, d) · Qᵀ (d, rows_pad), K packed or in place, and each
-   query's largest and smallest score in tile_range (tile_ops.h) */
+   query's largest and smallest score in tile_range (tile_ops.h); `ahead` fetched a key at a
+   time */
 static void SUFFIX(qk_tile_generic)(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
                                     const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
-                                    real *tile_range)
+                                    real *tile_range, struct read_ahead ahead)
 {
     real *tile_max = tile_range, *tile_min = tile_range + rows_pad;
+    int64_t steps = 0;
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += GENERIC_QUERY_PANEL)
+        steps += panel_keys[r0 / GENERIC_QUERY_PANEL];
+    read_ahead_spread(&ahead, steps);
     for (int64_t r0 = 0; r0 < rows_pad; r0 += GENERIC_QUERY_PANEL) {
         const real *panel = qt + r0 * d;                 /* (d, GENERIC_QUERY_PANEL) */
         for (int lane = 0; lane < GENERIC_QUERY_PANEL; lane++) {
             tile_max[r0 + lane] = -INFINITY;
             tile_min[r0 + lane] = INFINITY;
         }
-        for (int64_t j = 0; j < panel_keys[r0 / GENERIC_QUERY_PANEL]; j++) {
+        for (int64_t j = 0; j < panel_keys[r0 / GENERIC_QUERY_PANEL]; j++, read_ahead_step(&ahead)) {
             const real *kj = kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK * k_key;   /* kj[p * k_col] */
             /* Summed in double: without FMA each float32 product would be rounded before the
                add, and with large logits the score error is what the output error is made of. */
@@ -70,13 +75,14 @@ static void SUFFIX(online_softmax_generic)(real *st, int64_t key_cap, const int3
 }
 
 /* Oᵀ (dv_pad, rows_pad) = alpha ⊙ Oᵀ + Vᵀ (d_v, keys) · Pᵀ (keys, rows_pad), V packed or in
-   place (tile_ops.h) */
+   place (tile_ops.h); `ahead` fetched a query at a time */
 static void SUFFIX(pv_tile_generic)(const real *pt, int64_t key_cap, const int32_t *visible,
                                     const real *alpha, const real *vp, int64_t v_key, int64_t v_block,
-                                    int64_t d_v, int64_t rows_pad, real *ot)
+                                    int64_t d_v, int64_t rows_pad, real *ot, struct read_ahead ahead)
 {
     const int64_t dv_pad = round_up(d_v, COL_BLOCK);
-    for (int64_t r = 0; r < rows_pad; r++) {
+    read_ahead_spread(&ahead, rows_pad);
+    for (int64_t r = 0; r < rows_pad; r++, read_ahead_step(&ahead)) {
         const int64_t panel = r / GENERIC_QUERY_PANEL, lane = r % GENERIC_QUERY_PANEL;
         const real *p = pt + panel * key_cap * GENERIC_QUERY_PANEL + lane;   /* p[j * PANEL] */
         real *o = ot + panel * dv_pad * GENERIC_QUERY_PANEL + lane;          /* o[c * PANEL] */

@@ -146,9 +146,13 @@ INLINE_TARGET void qk_micro(const real *kp, int64_t k_key, int64_t k_col, const 
 
 INLINE_TARGET void qk_tile_of(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
                               const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
-                              real *tile_range, const int vecs)
+                              real *tile_range, struct read_ahead *ahead, const int vecs)
 {
     const int64_t panel = vecs * LANES;
+    int64_t steps = 0;
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += panel)
+        steps += ceil_div(panel_keys[r0 / panel], MICRO_KEYS);
+    read_ahead_spread(ahead, steps);
     /* Panel outer: one Qᵀ panel (d × panel) stays in L1 while the tile's keys stream past it. */
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
         UNROLL
@@ -156,9 +160,11 @@ INLINE_TARGET void qk_tile_of(const real *kp, int64_t k_key, int64_t k_col, cons
             V(store)(tile_range + r0 + LANES * c, V(set1)(-INFINITY));
             V(store)(tile_range + rows_pad + r0 + LANES * c, V(set1)(INFINITY));
         }
-        for (int64_t j = 0; j < panel_keys[r0 / panel]; j += MICRO_KEYS)
+        for (int64_t j = 0; j < panel_keys[r0 / panel]; j += MICRO_KEYS) {
             qk_micro(kp + j / KEY_BLOCK * d * KEY_BLOCK + j % KEY_BLOCK * k_key, k_key, k_col, qt + r0 * d, d,
                      st + r0 * key_cap + j * panel, tile_range + r0, tile_range + rows_pad + r0, vecs);
+            read_ahead_step(ahead);
+        }
     }
 }
 
@@ -166,25 +172,26 @@ INLINE_TARGET void qk_tile_of(const real *kp, int64_t k_key, int64_t k_col, cons
    from one pointer (with them passed as variables the large calls ran 3% slower) */
 INLINE_TARGET void qk_tile_strided(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
                                    const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
-                                   real *tile_range, const int vecs)
+                                   real *tile_range, struct read_ahead *ahead, const int vecs)
 {
     if (k_key == 1 && k_col == KEY_BLOCK)
-        qk_tile_of(kp, 1, KEY_BLOCK, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, vecs);
+        qk_tile_of(kp, 1, KEY_BLOCK, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, ahead, vecs);
     else
-        qk_tile_of(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, vecs);
+        qk_tile_of(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, ahead, vecs);
 }
 
 static TARGET void qk_tile(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
-                           const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap, real *tile_range)
+                           const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap, real *tile_range,
+                           struct read_ahead ahead)
 {
-    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, PANEL_VECS);
+    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, &ahead, PANEL_VECS);
 }
 
 static TARGET void qk_tile_narrow(const real *kp, int64_t k_key, int64_t k_col, const int32_t *panel_keys,
                                   const real *qt, int64_t rows_pad, int64_t d, real *st, int64_t key_cap,
-                                  real *tile_range)
+                                  real *tile_range, struct read_ahead ahead)
 {
-    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, PANEL_VECS - 1);
+    qk_tile_strided(kp, k_key, k_col, panel_keys, qt, rows_pad, d, st, key_cap, tile_range, &ahead, PANEL_VECS - 1);
 }
 
 /* P as the products take it: as computed, or, for the bfloat16 dot products (round_bf16),
@@ -343,9 +350,10 @@ INLINE_TARGET void pv_micro(const real *pt, const real *vp, int64_t v_key,
 
 INLINE_TARGET void pv_tile_of(const real *pt, int64_t key_cap, const int32_t *visible, const real *alpha,
                               const real *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
-                              real *ot, const int vecs)
+                              real *ot, struct read_ahead *ahead, const int vecs)
 {
     const int64_t dv_pad = round_up(d_v, COL_BLOCK), panel = vecs * LANES;
+    read_ahead_spread(ahead, rows_pad / panel * ceil_div(d_v, MICRO_COLS));
     /* Panel outer: one Pᵀ panel (keys × panel) stays in L1 while all value columns stream
        past it. */
     for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
@@ -354,24 +362,26 @@ INLINE_TARGET void pv_tile_of(const real *pt, int64_t key_cap, const int32_t *vi
             shared = visible[r] < shared ? visible[r] : shared;
             most = visible[r] > most ? visible[r] : most;
         }
-        for (int64_t c = 0; c < d_v; c += MICRO_COLS)
+        for (int64_t c = 0; c < d_v; c += MICRO_COLS) {
             pv_micro(pt + r0 * key_cap, vp + c / COL_BLOCK * v_block + c % COL_BLOCK, v_key,
                      visible + r0, shared, most, alpha + r0, ot + r0 * dv_pad + c * panel, vecs);
+            read_ahead_step(ahead);
+        }
     }
 }
 
 static TARGET void pv_tile(const real *pt, int64_t key_cap, const int32_t *visible, const real *alpha,
                            const real *vp, int64_t v_key, int64_t v_block, int64_t d_v, int64_t rows_pad,
-                           real *ot)
+                           real *ot, struct read_ahead ahead)
 {
-    pv_tile_of(pt, key_cap, visible, alpha, vp, v_key, v_block, d_v, rows_pad, ot, PANEL_VECS);
+    pv_tile_of(pt, key_cap, visible, alpha, vp, v_key, v_block, d_v, rows_pad, ot, &ahead, PANEL_VECS);
 }
 
 static TARGET void pv_tile_narrow(const real *pt, int64_t key_cap, const int32_t *visible, const real *alpha,
                                   const real *vp, int64_t v_key, int64_t v_block, int64_t d_v,
-                                  int64_t rows_pad, real *ot)
+                                  int64_t rows_pad, real *ot, struct read_ahead ahead)
 {
-    pv_tile_of(pt, key_cap, visible, alpha, vp, v_key, v_block, d_v, rows_pad, ot, PANEL_VECS - 1);
+    pv_tile_of(pt, key_cap, visible, alpha, vp, v_key, v_block, d_v, rows_pad, ot, &ahead, PANEL_VECS - 1);
 }
 
 /* Row operations (split-KV path, tile_ops.h): SIMD lanes run along d, over one row. */
