@@ -550,7 +550,7 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
         const int64_t next_keys = min_i64(KEY_TILE, j_end - j0 - keys);
         /* One panel at a time through all three steps, so that its Sᵀ (KEY_CAP × panel) is
            still in L1 when the softmax and P V read it. A panel that sees none of the keys
-           would keep its state unchanged: skipped. */
+           would keep its state unchanged: skipped, its slice of the next tile fetched still. */
         for (int64_t r0 = 0; r0 < rows_pad; r0 += panel) {
             const struct read_ahead k_ahead = SUFFIX(rows_ahead)(k, d, j0 + keys, next_keys, r0 / panel,
                                                                  rows_pad / panel);
@@ -558,8 +558,11 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
                                                                  rows_pad / panel);
             const int32_t *panel_keys = sc->panel_keys + r0 / panel;
             const int whole = sc->panel_whole[r0 / panel];
-            if (*panel_keys == 0)
+            if (*panel_keys == 0) {
+                read_ahead_now(k_ahead);
+                read_ahead_now(v_ahead);
                 continue;
+            }
 #if PAIRED
             ops->qk_tile(sc->kp, panel_keys, sc->qt + r0 * d_packed, panel, d_packed, scale, sc->st, KEY_CAP, k_ahead);
             const real *tile_range = NULL;   /* (the paired qk_tile finds no maxima) */
@@ -584,6 +587,7 @@ static void SUFFIX(walk_keys)(const TILE_OPS_T *ops, const struct shape *sh, rea
             if (sc->panel_first[r0 / panel] > finite) {
                 SUFFIX(pv_panel_exact)(sc->st, sc->vp, sc->first + r0, sc->visible + r0, sc->alpha + r0, d_v,
                                        panel, sc->ot + r0 * dv_pad);
+                read_ahead_now(v_ahead);
                 continue;
             }
 #if PAIRED

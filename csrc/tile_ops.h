@@ -247,6 +247,13 @@ static inline void read_ahead_step(struct read_ahead *ahead)
         __builtin_prefetch(ahead->base + ahead->offset, 0, 2);
 }
 
+/* all of its bytes at once: for a loop that is skipped, so that its share is fetched still */
+static inline void read_ahead_now(struct read_ahead ahead)
+{
+    read_ahead_spread(&ahead, 1);
+    read_ahead_step(&ahead);
+}
+
 /* qk_rows and pv_rows (below) over K or V rows kept in another format (bfloat16, float16
    bits, or int8 with a float scale per row, scale NULL otherwise), each element converted to
    float as it is loaded, exactly as struct convert_ops widens it, so the results are those
