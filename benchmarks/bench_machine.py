@@ -5,10 +5,10 @@ dot products, where the CPU has AVX512-BF16), the rungs' GFLOP/s as a fraction o
 side by side with its loop, sgemm/dgemm throughput of the installed BLAS, named, and its
 fraction of the same peak timed the same way (what a kernel doing 4·n²·d flops in matrix
 products could hope for), c_tiled's tile operations alone timed the same way (the roof of
-its own design), copy bandwidth and streaming-read bandwidth (what a decoding
-step, which reads the KV cache once, could hope for), the thread budget every kernel ran
-with, and the start-up costs: ``import kernels``, Numba's first compile, a cached first
-call.
+its own design) and its whole call timed beside them, copy bandwidth and streaming-read
+bandwidth (what a decoding step, which reads the KV cache once, could hope for), the thread
+budget every kernel ran with, and the start-up costs: ``import kernels``, Numba's first
+compile, a cached first call.
 """
 import functools
 import json
@@ -128,6 +128,34 @@ class TileFraction(ThreadBudget):
 
     def track_fraction(self, dtype, threads):
         return side_by_side(self.peak, self.tiles, spec.PEAK_FRACTION_ROUNDS, self.flops / self.peak_flops)
+
+    track_fraction.unit = "fraction"
+
+
+class CallOverTiles(ThreadBudget):
+    """c_tiled's whole call (8 heads at the headline n, full, through ``kernels.attention``)
+    ÷ its tile operations alone (``ceilings.tile_loop``, ``TileFraction``'s loop): per round
+    one call of each, each going first in turn, the call's GFLOP/s ÷ the loop's.  What
+    packing, writing out and walking the tiles cost the call, measured against the roof of
+    its own design at the same moment.  Both fractions of the FMA peak move with the load
+    on a shared machine (the tile operations' between 0.76 and 0.86 of it from one day to
+    another on one 2-core Xeon), this ratio less (0.92-0.95 there, float32 and float64, one
+    thread and two)."""
+
+    params = [list(spec.DTYPES), THREAD_COUNTS]
+    param_names = ["dtype", "threads"]
+    rounds, repeat, warmup_time, timeout = 1, 1, 0.0, 300
+
+    def setup(self, dtype, threads):
+        self.use_threads(threads)
+        q, k, v = prepare("c_tiled", spec.HEADS, spec.HEADLINE_SEQ_LEN, dtype)
+        self.call = functools.partial(kernels.attention, q, k, v, kernel="c_tiled")
+        self.flops = attention_flops(spec.HEADLINE_SEQ_LEN, spec.HEADLINE_SEQ_LEN, spec.HEAD_DIM, batch=spec.HEADS)
+        self.tiles, self.tile_flops = ceilings.tile_loop(dtype, self.flops, threads, d=spec.HEAD_DIM)
+        self.tiles()  # warm-up: scratch, the pool's helpers awake
+
+    def track_fraction(self, dtype, threads):
+        return side_by_side(self.tiles, self.call, spec.PEAK_FRACTION_ROUNDS, self.flops / self.tile_flops)
 
     track_fraction.unit = "fraction"
 

@@ -113,7 +113,8 @@ def peak_fraction_case(kernel, dtype, every_thread, causal):
 # PeakFraction's rounds, and TileFraction's: c_tiled's tile operations alone
 # (ceilings.tile_loop) ÷ the FMA peak of their type, float32 and float64, on one thread and
 # every CPU, side by side with the peak's loop as PeakFraction times c_tiled: the roof of
-# c_tiled's own design.
+# c_tiled's own design; and CallOverTiles': c_tiled's whole call on the headline's shape ÷
+# those tile operations, side by side with their loop.
 PEAK_FRACTION_ROUNDS = 3 if QUICK else 7
 
 # GemmFraction: NumPy's gemm (Machine's 2048² product) ÷ the FMA peak of its type, side by
@@ -311,6 +312,7 @@ FMA_PEAK = Benchmark("bench_machine.Ceilings.track_fma_peak_gflops", ("dtype", "
 PEAK_FRACTION = Benchmark("bench_machine.PeakFraction.track_fraction", ("kernel", "dtype", "threads", "causal"))
 GEMM_FRACTION = Benchmark("bench_machine.GemmFraction.track_fraction", ("dtype", "threads"))
 TILE_FRACTION = Benchmark("bench_machine.TileFraction.track_fraction", ("dtype", "threads"))
+CALL_OVER_TILES = Benchmark("bench_machine.CallOverTiles.track_fraction", ("dtype", "threads"))
 BLAS_THREADS = Benchmark("bench_machine.Blas.track_threads", ("blas",))
 SGEMM_UNFORCED = Benchmark("bench_machine.Blas.track_sgemm_gflops_unforced", ("blas",))
 SGEMM = Benchmark("bench_machine.Machine.track_sgemm_gflops")
@@ -370,7 +372,7 @@ BENCHMARKS = (SEQ_LEN_TIME, SEQ_LEN_MEMORY, MULTI_HEAD_TIME, THREADS_GFLOPS, PEE
               IMPORT_SECONDS, COMPILE_SECONDS, CACHED_CALL_SECONDS, MODEL_ATTENTION_SHARE,
               MODEL_FORWARD_TIME, DECODE_CACHED, DECODE_RECOMPUTED, DECODE_READ_RATE, DECODE_READ_FRACTION, TINY_CALL, CALL_COST,
               READ_BANDWIDTH, CONTEXT_OVER_ALONE, CONTEXT_OVER_ONE_THREAD, MODEL_OVER_NUMPY, FMA_PEAK,
-              PEAK_FRACTION, GEMM_FRACTION, TILE_FRACTION, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY,
+              PEAK_FRACTION, GEMM_FRACTION, TILE_FRACTION, CALL_OVER_TILES, BLAS_THREADS, SGEMM_UNFORCED, HALF_SPEEDUP, HALF_FIDELITY,
               CACHE_SPEEDUP, CACHE_READ_RATE, CACHE_READ_FRACTION, CACHE_TOKEN_TIME, CACHE_PEER_SPEEDUP, CACHE_GENERATE, CACHE_ERROR,
               KEY_GRANULARITY, WINDOW_TIME, WINDOW_GFLOPS, WINDOW_MEMORY, BOUNDED_STEP, BOUNDED_BYTES,
               BOUNDED_OVER_UNBOUNDED, WINDOW_PEER_SPEEDUP, WINDOW_MEAN_COSINE, WINDOW_MIN_COSINE)

@@ -137,6 +137,24 @@ def test_a_roof_is_timed_beside_the_peaks_loop(bench_modules, monkeypatch, ceili
     assert kernels.threads.budget() == budget
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_whole_call_is_timed_beside_its_tile_operations(bench_modules, monkeypatch, dtype):
+    """Two side-by-side rounds, one thread, a smaller headline: c_tiled's whole call ÷ its
+    tile operations alone, each above 0 and under their rate (1 plus the rounds' noise: the
+    call does their work and packs, writes out and walks the tiles besides), the budget put
+    back."""
+    monkeypatch.setattr(bench_spec, "PEAK_FRACTION_ROUNDS", 2)
+    monkeypatch.setattr(bench_spec, "HEADLINE_SEQ_LEN", 512)
+    benchmark, budget = bench_modules["bench_machine"].CallOverTiles(), kernels.threads.budget()
+    try:
+        benchmark.setup(dtype, 1)
+        fractions = benchmark.track_fraction(dtype, 1)
+    finally:
+        benchmark.teardown(dtype, 1)
+    assert len(fractions["samples"]) == 2 and all(0 < f < 1.5 for f in fractions["samples"]), fractions
+    assert kernels.threads.budget() == budget
+
+
 def test_peak_fraction_measures_only_the_cases_the_report_reads():
     assert bench_spec.peak_fraction_case("c_tiled", "float16", False, True) is None
     assert "numpy" in bench_spec.peak_fraction_case("numpy", "float32", True, True)

@@ -4,8 +4,8 @@ AVX512-BF16), a kernel's fraction of its type's peak timed side by side with the
 (``PeakFraction``; every fraction of a peak the report gives is read here), NumPy's BLAS,
 named (``Blas``), its gemm and that gemm's fraction of the same peak timed the same way
 (``GemmFraction``: the practical roof of a kernel made of matrix products), c_tiled's tile
-operations alone timed the same way (``TileFraction``: the roof of its own design), and
-the bandwidths.
+operations alone timed the same way (``TileFraction``: the roof of its own design), its whole
+call timed beside them (``CallOverTiles``), and the bandwidths.
 
 bfloat16's roof is the machine's question, not a kernel's: the faster of the two ways this
 CPU can multiply it, its dot-product unit where it has AVX512-BF16 (``vdpbf16ps``) and
@@ -103,6 +103,13 @@ def tile_fraction(run, dtype="float32", threads=None):
     return run.value(spec.TILE_FRACTION, dtype=dtype, threads=threads or every_thread_count(run))
 
 
+def call_over_tiles(run, dtype="float32", threads=None):
+    """c_tiled's whole call on the headline's shape (full) in ``dtype`` ÷ its tile operations
+    alone, on ``threads`` (default: the budget), timed side by side (``CallOverTiles``); NaN
+    when not measured."""
+    return run.value(spec.CALL_OVER_TILES, dtype=dtype, threads=threads or every_thread_count(run))
+
+
 def tile_roof_text(run):
     """The roof of c_tiled's design in a sentence, beside what its whole call reaches; None
     for results without ``TileFraction`` (it came later than the other ceilings)."""
@@ -113,11 +120,18 @@ def tile_roof_text(run):
                           f"{text(tile_fraction(run, dtype, every), fmt_percent)} on {text(every, fmt_number)}"
                           for dtype in spec.DTYPES)
     whole = text(peak_fraction(run, "c_tiled", "float32", every), fmt_percent)
+    beside = ""
+    if run.measured(spec.CALL_OVER_TILES):
+        shares = ", ".join(f"{dtype} {text(call_over_tiles(run, dtype, 1), fmt_percent)} on one thread, "
+                           f"{text(call_over_tiles(run, dtype, every), fmt_percent)} on {text(every, fmt_number)}"
+                           for dtype in spec.DTYPES)
+        beside = (f"; timed side by side with the tile operations' loop instead, it runs at this share of their "
+                  f"rate (`CallOverTiles`): {shares}")
     return (f"its tile operations alone (`TileFraction`: its products and online softmax on tiles "
             f"packed once, as a large call walks each key tile; csrc/flash_driver_template.h, tile_peak), timed "
             f"side by side with the FMA peak's loop: {fractions}. Its whole call on the headline's float32 shape "
-            f"(full, {text(every, fmt_number)} threads) reaches {whole}: the rest goes to packing, writing out "
-            f"and walking the tiles")
+            f"(full, {text(every, fmt_number)} threads) reaches {whole}{beside}: the rest goes to packing, "
+            f"writing out and walking the tiles")
 
 
 def blas_name(run):

@@ -18,7 +18,8 @@ from ..output import Column, Table, fmt_count, fmt_number, interval, missing, ra
 from ..spread import bounds
 from .cache import (cache_error, cache_speedup, cache_tokens, fidelity_sizes, generate_sizes, generate_speedup,
                     over_fastest_peer, worst_read_fraction)
-from .ceilings import bf16_dot_is_roof, gemm_fraction, has_bf16_dot_product, peak_fraction, tile_fraction
+from .ceilings import (bf16_dot_is_roof, call_over_tiles, gemm_fraction, has_bf16_dot_product, peak_fraction,
+                       tile_fraction)
 from .decode import CALL_COST_WORDS, cache_read_fraction, call_cost
 from .document import Section
 from .half import half_min_cosine, half_speedup
@@ -39,7 +40,8 @@ class Goal:
     formats' figures), {prompt_n} and {generated_n} (the generation loop's), {fidelity_steps}
     (the formats' decode error's steps), {sgemm_fraction} (NumPy's sgemm ÷ the float32
     FMA peak, side by side, every thread) and {tile_fraction} (a clause giving c_tiled's tile
-    operations alone on the same terms, where measured): a quick run's sizes are its own."""
+    operations alone on the same terms, and its whole call's share of their rate, where
+    measured): a quick run's sizes are its own."""
 
     what: str
     measure: Callable     # run -> the measured value, NaN when missing
@@ -334,6 +336,18 @@ GOALS = (
 )
 
 
+def _tile_clause(run):
+    """The PeakFraction goal's clause on c_tiled's own roof: its tile operations' fraction of
+    the peak (``TileFraction``) and its whole call's share of their rate (``CallOverTiles``),
+    each where measured."""
+    if not run.measured(spec.TILE_FRACTION):
+        return ""
+    clause = f"; c_tiled's own tile operations alone: {text(tile_fraction(run), fmt_number)} (`TileFraction`)"
+    if run.measured(spec.CALL_OVER_TILES):
+        clause += f", its whole call {text(call_over_tiles(run), fmt_number)} of their rate, side by side (`CallOverTiles`)"
+    return clause
+
+
 def goals(run):
     (prompt_n, generated_n), steps = generate_sizes(run), fidelity_sizes(run)[1]
     fields = dict(shape=headline_shape(run), peer=spec.PEER,
@@ -342,8 +356,7 @@ def goals(run):
                   cache_n=fmt_count(cache_tokens(run)), prompt_n=fmt_count(prompt_n),
                   generated_n=fmt_count(generated_n), fidelity_steps=fmt_count(steps),
                   sgemm_fraction=text(gemm_fraction(run), fmt_number),
-                  tile_fraction=(f"; c_tiled's own tile operations alone: {text(tile_fraction(run), fmt_number)} "
-                                 "(`TileFraction`)" if run.measured(spec.TILE_FRACTION) else ""))
+                  tile_fraction=_tile_clause(run))
     rows = []
     for goal in GOALS:
         measured = goal.measure(run)

@@ -24,8 +24,8 @@ from ..output import write_whole
 from ..machine_id import isa_of
 from ..memory import format_bytes
 from ..output import Column, Table, fmt_count, fmt_gflops, fmt_percent, fmt_ratio, text
-from .ceilings import (NO_BF16_UNIT, blas_name, fma_peak, gemm_fraction, has_bf16_dot_product, peak_fraction,
-                       tile_fraction)
+from .ceilings import (NO_BF16_UNIT, blas_name, call_over_tiles, fma_peak, gemm_fraction, has_bf16_dot_product,
+                       peak_fraction, tile_fraction)
 from .document import Section
 from .multi_head import headline_seq_len, multihead_gflops
 from .peers import peer_speedup, worst_peer_speedup
@@ -154,6 +154,7 @@ FIGURES = (
            lambda run: peak_fraction(run, "c_tiled", "float32"), fmt_percent),
     Figure("the BLAS's sgemm GFLOP/s ÷ the FMA peak, side by side with its loop", gemm_fraction, fmt_percent),
     Figure("c_tiled's tile operations alone ÷ the FMA peak, side by side with its loop", tile_fraction, fmt_percent),
+    Figure("c_tiled's whole call ÷ its tile operations alone, side by side", call_over_tiles, fmt_percent),
     Figure("c_tiled speed over numpy, float32, one head", lambda run: numpy_speedup(run, "c_tiled"), fmt_ratio),
     Figure(f"c_tiled speed over every peer (the smallest), {HEADLINE}, all threads",
            lambda run: worst_peer_speedup(run, "c_tiled", "full", _all_threads(run), "float32")[0], fmt_ratio),
