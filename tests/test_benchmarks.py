@@ -5,8 +5,8 @@ import itertools
 import os
 import pathlib
 import shutil
-import subprocess
 import statistics
+import subprocess
 import sys
 import time
 
@@ -139,11 +139,12 @@ def test_a_roof_is_timed_beside_the_peaks_loop(bench_modules, monkeypatch, ceili
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_whole_call_is_timed_beside_its_tile_operations(bench_modules, monkeypatch, dtype):
-    """Two side-by-side rounds, one thread, a smaller headline: c_tiled's whole call ÷ its
-    tile operations alone, each above 0 and under their rate (1 plus the rounds' noise: the
-    call does their work and packs, writes out and walks the tiles besides), the budget put
-    back."""
-    monkeypatch.setattr(bench_spec, "PEAK_FRACTION_ROUNDS", 2)
+    """Five side-by-side rounds, one thread, a smaller headline: c_tiled's whole call ÷ its
+    tile operations alone, each above 0, their median under their rate (1 plus the rounds'
+    noise: the call does their work and packs, writes out and walks the tiles besides; one
+    round alone can be disturbed, its loop preempted: 3.5 once, beside CI's sanitizers), the
+    budget put back."""
+    monkeypatch.setattr(bench_spec, "PEAK_FRACTION_ROUNDS", 5)
     monkeypatch.setattr(bench_spec, "HEADLINE_SEQ_LEN", 512)
     benchmark, budget = bench_modules["bench_machine"].CallOverTiles(), kernels.threads.budget()
     try:
@@ -151,7 +152,8 @@ def test_the_whole_call_is_timed_beside_its_tile_operations(bench_modules, monke
         fractions = benchmark.track_fraction(dtype, 1)
     finally:
         benchmark.teardown(dtype, 1)
-    assert len(fractions["samples"]) == 2 and all(0 < f < 1.5 for f in fractions["samples"]), fractions
+    samples = fractions["samples"]
+    assert len(samples) == 5 and all(f > 0 for f in samples) and statistics.median(samples) < 1.5, fractions
     assert kernels.threads.budget() == budget
 
 
