@@ -535,8 +535,8 @@ extern const struct tile_ops_f64 tile_ops_generic_f64, tile_ops_avx2_f64, tile_o
    shuffles for the AVX2 paths (tile_ops_avx2_f32.c, tile_ops_avx2_f64.c: one element at a
    time, a panel of queries or a block of keys took a cycle an element, as much as a tiny
    call's products), the edges one element at a time; in 16 × 16 (float64: 8 × 8) blocks of
-   AVX-512's for the AVX-512 paths, their edges in AVX2's (tile_ops_avx512_f32.c,
-   tile_ops_avx512_f64.c); or element by element (tile_ops_generic_template.h) */
+   AVX-512's for the AVX-512 paths, their edges in AVX2's (transpose_lanes,
+   tile_ops_simd_template.h); or element by element (tile_ops_generic_template.h) */
 void transpose_avx2_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols, const float *scale, float *y,
                         int64_t y_stride);
 void transpose_avx2_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols, const double *scale,

@@ -141,56 +141,24 @@ INLINE_DOT_WORD pairs pairs_of_rows(const uint16_t *a, const uint16_t *b, int64_
     return _mm512_or_si512(_mm512_cvtepu16_epi32(low), _mm512_slli_epi32(_mm512_cvtepu16_epi32(high), 16));
 }
 
-/* the packing's transposes (tile_ops.h): 16 × 16 blocks in AVX-512's shuffles, 64 for 256
-   elements where AVX2's 8 × 8 blocks take 96, and each of a block's rows of y one whole
-   64-byte store; the edges in AVX2's blocks. (One head, n = 64, 2 threads: the query panel's
-   pack and the write of its rows were a quarter of a task.) */
-static TARGET void transpose_avx512_f32(const float *x, int64_t x_stride, int64_t rows, int64_t cols,
-                                        const float *scale, float *y, int64_t y_stride)
+/* the packing's transposes (tile_ops.h): transpose_lanes of tile_ops_simd_template.h, its
+   groups of 4 rows, lane l of u[4g + m] column 4l + m of rows 4g .. 4g + 3 */
+#define V_LANE_SHUFFLE _mm512_shuffle_f32x4
+#define TRANSPOSE_EDGES transpose_avx2_f32
+INLINE_TARGET void v_lane_columns(const __m512 *a, __m512 *u)
 {
-    int64_t r0 = 0;
-    for (; r0 + LANES <= rows; r0 += LANES) {
-        int64_t c0 = 0;
-        for (; c0 + LANES <= cols; c0 += LANES) {
-            __m512 a[LANES], t[LANES], u[LANES];
-            for (int i = 0; i < LANES; i++)
-                a[i] = _mm512_loadu_ps(x + (r0 + i) * x_stride + c0);
-            for (int i = 0; i < LANES; i += 2) {   /* rows i, i + 1 interleaved, in each 128-bit lane */
-                t[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
-                t[i + 1] = _mm512_unpackhi_ps(a[i], a[i + 1]);
-            }
-            /* u[4g + m], lane l: column 4l + m of rows 4g .. 4g + 3 */
-            for (int g = 0; g < LANES; g += 4) {
-                u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-                u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
-                u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-                u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-            }
-            for (int m = 0; m < 4; m++) {
-                /* lanes (0, 2) and (1, 3) of row groups 0, 1 and of 2, 3, then column 4l + m
-                   gathers lane l of the four groups */
-                const __m512 even01 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88),
-                             odd01 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xDD),
-                             even23 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88),
-                             odd23 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xDD);
-                const __m512 column[4] = {
-                    _mm512_shuffle_f32x4(even01, even23, 0x88), _mm512_shuffle_f32x4(odd01, odd23, 0x88),
-                    _mm512_shuffle_f32x4(even01, even23, 0xDD), _mm512_shuffle_f32x4(odd01, odd23, 0xDD),
-                };
-                for (int l = 0; l < 4; l++) {
-                    const int64_t c = c0 + 4 * l + m;
-                    _mm512_storeu_ps(y + c * y_stride + r0,
-                                     scale ? _mm512_mul_ps(column[l], _mm512_set1_ps(scale[c])) : column[l]);
-                }
-            }
-        }
-        if (c0 < cols)
-            transpose_avx2_f32(x + r0 * x_stride + c0, x_stride, LANES, cols - c0, scale ? scale + c0 : NULL,
-                               y + c0 * y_stride + r0, y_stride);
+    __m512 t[LANES];
+    for (int i = 0; i < LANES; i += 2) {   /* rows i, i + 1 interleaved, in each 128-bit lane */
+        t[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(a[i], a[i + 1]);
     }
-    if (r0 < rows)
-        transpose_avx2_f32(x + r0 * x_stride, x_stride, rows - r0, cols, scale, y + r0, y_stride);
+    for (int g = 0; g < LANES; g += 4) {
+        u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
 }
-#define TRANSPOSE transpose_avx512_f32
+#define TRANSPOSE transpose_lanes_f32
 
 #include "tile_ops_simd_template.h"

@@ -71,49 +71,17 @@ INLINE_TARGET void v_store_first(double *p, tail_mask mask, __m512d x) { _mm512_
 INLINE_TARGET double v_hsum(__m512d x) { return _mm512_reduce_add_pd(x); }
 INLINE_TARGET double v_hmax(__m512d x) { return _mm512_reduce_max_pd(x); }   /* of lanes holding no NaN */
 
-/* the packing's transposes (tile_ops.h): 8 × 8 blocks in AVX-512's shuffles, 24 for 64
-   elements where AVX2's 4 × 4 blocks take 32, each of a block's rows of y one 64-byte store
-   (as tile_ops_avx512_f32.c's 16 × 16); the edges in AVX2's blocks */
-static TARGET void transpose_avx512_f64(const double *x, int64_t x_stride, int64_t rows, int64_t cols,
-                                        const double *scale, double *y, int64_t y_stride)
+/* the packing's transposes (tile_ops.h): transpose_lanes of tile_ops_simd_template.h, its
+   groups of 2 rows, lane l of u[2g + h] column 2l + h of rows 2g, 2g + 1 */
+#define V_LANE_SHUFFLE _mm512_shuffle_f64x2
+#define TRANSPOSE_EDGES transpose_avx2_f64
+INLINE_TARGET void v_lane_columns(const __m512d *a, __m512d *u)
 {
-    int64_t r0 = 0;
-    for (; r0 + LANES <= rows; r0 += LANES) {
-        int64_t c0 = 0;
-        for (; c0 + LANES <= cols; c0 += LANES) {
-            __m512d a[LANES], t[LANES];
-            for (int i = 0; i < LANES; i++)
-                a[i] = _mm512_loadu_pd(x + (r0 + i) * x_stride + c0);
-            /* t[2g + h], 128-bit lane l: column 2l + h of rows 2g, 2g + 1 */
-            for (int i = 0; i < LANES; i += 2) {
-                t[i] = _mm512_unpacklo_pd(a[i], a[i + 1]);
-                t[i + 1] = _mm512_unpackhi_pd(a[i], a[i + 1]);
-            }
-            for (int h = 0; h < 2; h++) {
-                /* lanes (0, 2) and (1, 3) of row pairs 0, 1 and of 2, 3, then column 2l + h
-                   gathers lane l of the four pairs */
-                const __m512d even01 = _mm512_shuffle_f64x2(t[h], t[2 + h], 0x88),
-                              odd01 = _mm512_shuffle_f64x2(t[h], t[2 + h], 0xDD),
-                              even23 = _mm512_shuffle_f64x2(t[4 + h], t[6 + h], 0x88),
-                              odd23 = _mm512_shuffle_f64x2(t[4 + h], t[6 + h], 0xDD);
-                const __m512d column[4] = {
-                    _mm512_shuffle_f64x2(even01, even23, 0x88), _mm512_shuffle_f64x2(odd01, odd23, 0x88),
-                    _mm512_shuffle_f64x2(even01, even23, 0xDD), _mm512_shuffle_f64x2(odd01, odd23, 0xDD),
-                };
-                for (int l = 0; l < 4; l++) {
-                    const int64_t c = c0 + 2 * l + h;
-                    _mm512_storeu_pd(y + c * y_stride + r0,
-                                     scale ? _mm512_mul_pd(column[l], _mm512_set1_pd(scale[c])) : column[l]);
-                }
-            }
-        }
-        if (c0 < cols)
-            transpose_avx2_f64(x + r0 * x_stride + c0, x_stride, LANES, cols - c0, scale ? scale + c0 : NULL,
-                               y + c0 * y_stride + r0, y_stride);
+    for (int i = 0; i < LANES; i += 2) {
+        u[i] = _mm512_unpacklo_pd(a[i], a[i + 1]);
+        u[i + 1] = _mm512_unpackhi_pd(a[i], a[i + 1]);
     }
-    if (r0 < rows)
-        transpose_avx2_f64(x + r0 * x_stride, x_stride, rows - r0, cols, scale, y + r0, y_stride);
 }
-#define TRANSPOSE transpose_avx512_f64
+#define TRANSPOSE transpose_lanes_f64
 
 #include "tile_ops_simd_template.h"
