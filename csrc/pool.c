@@ -76,14 +76,19 @@
 /* The first of it without yielding: a helper's last task usually ends within a microsecond
    of the caller's (it joined a third of a microsecond late), and a poll that yields sees
    the end up to a sched_yield late (0.16 us here).  Measured, one head, n = 64, float32,
-   2 threads, the C entry point, in-process A/B (2-core Xeon VM): 1.009-1.023x.  Not the
+   2 threads, the C entry point, in-process A/B (2-core Xeon VM): 1.007-1.023x.  Not the
    helpers' polls: the caller's and theirs both without yielding for 2-5 us ran 0.91x. */
 #ifndef CALLER_BUSY_NS
 #define CALLER_BUSY_NS 1500
 #endif
 
 /* A worker's share of a loop's tasks: its claim word, alone on its cache line (claims from
-   one share by one thread then stay in that thread's cache) */
+   one share by one thread then stay in that thread's cache).  A joining helper's reads of
+   the caller's CPU, the loop's fields and share 0's claim word do not depend on one another,
+   so they can overlap.  Tried and not taken: share 0's claim word on one line with the fields,
+   that line taken for ownership before its reads (a lock xadd of 0, sparing the claim's
+   second fetch): the helper's first claim came 280-370 TSC cycles later (rdtsc; a locked
+   instruction is a barrier the reads after it wait for), one head, n = 64: 0.95-0.98x. */
 struct share {
     _Alignas(64) _Atomic uint64_t claim;   /* generation << 32 | next task index (CLOSED between loops) */
 };
