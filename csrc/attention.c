@@ -56,7 +56,21 @@
    heads of 8192 (1584 rows 1.00×, 528 0.96×); pv_tile leaving out its rescaling when a
    panel's maxima did not move, 1.000×. And between builds: a line a KB fetched, for the
    hardware prefetchers to follow (packing then waits for the rest: 3.8%); K and V in 4 KB
-   pages rather than 2 MB ones (no change). */
+   pages rather than 2 MB ones (no change).
+
+   P·V along the rows of V and of the output: tried, not taken. Lanes over value columns,
+   4 query rows a pass (the split-KV path's pv_rows loop, its weights read down Pᵀ's
+   columns), V read as it lies and O kept as rows, so that no transpose turns Oᵀ into out's
+   rows at the end; the same bits. In-process A/B against the transposed tiles, the C entry
+   point, float32, full, the Xeon above, AVX-512 (rows ÷ transposed speed, medians of 5-31
+   rounds): one head, n = 64, 2 threads 0.99-1.01×, 1 thread 1.03×, causal 1.11×; one head
+   of n = 256 0.97×; 8 heads of n = 2048, 2 threads, 0.98×; 2 heads of n = 200, 1 thread, d =
+   32 0.89×, d = 48 0.84× (a pass's rows then hold 8 or 12 accumulators, where Oᵀ's tiles hold
+   24 at every d_v), d = 128 0.85× (each group of rows streams the 64 KB V tile from L2).
+   What the final write costs a tiny call is mostly out's lines taken for ownership, not
+   the transpose's shuffles: the row layout storing nothing (wrong results) ran it 1.05×
+   faster, and fetching out's lines for writing as a query tile starts (prefetchw, with
+   the transposed tiles) gained nothing, 0.97-1.00×. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
