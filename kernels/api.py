@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
-from .band import FULL, Band
+from .band import CAUSAL, FULL, Band
 from .memory import available_bytes, format_bytes
 from .registry import KERNELS, get_kernel
 
@@ -232,8 +232,54 @@ def require_memory(needed, shortfall, *, headroom_bytes=0):
         raise MemoryError(shortfall(total, available) + kept)
 
 
-def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
-    """softmax(scale · q kᵀ) v over the last two axes, by the kernel named ``kernel``.
+def _entry_point(rounded, held):
+    """A public call (``attention`` and its two variants below): the call, its output in the
+    inputs' type (``rounded``) or in the type it is computed in.  A kernel that writes a
+    16-bit type's rows itself (``Kernel.writes_half``) is given an output of that type; for
+    the others the float32 result is rounded here, in one pass.  ``held``: whether a peer's
+    probed type must have met the harness's budget here.
+
+    What the checks decide depends only on the call's signature (the arrays' dtypes,
+    shapes and strides, the kernel, band, scale and flags), so a small call's ``Plan`` is
+    kept by its signature and a repeated call pays a dictionary lookup, not the checks
+    (tens of microseconds of Python, a third of a small model's decode step).  A large call
+    (its bytes at least ``SMALL_ALLOCATION``) is checked every time: the memory it needs
+    must still be available.
+
+    Every Python frame and lookup between the user and the C call is a call's fixed cost (a
+    tenth of a microsecond or more each once a call has run through the caches), so a kept
+    plan is found and called in the entry point's own frame, its fields in slots, and the
+    commonest bands are taken as ``Band.of`` takes them first, without calling it: c_tiled's
+    tiny call (one head, n = 64, float32, 2 threads, the 2-core Xeon), timed side by side
+    with the lookup in a frame of its own after a call of ``Band.of``, 1.02-1.04x."""
+
+    def call(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
+        if window is None and sinks.__class__ is int and sinks == 0 and causal.__class__ is bool:
+            band = CAUSAL if causal else FULL
+        else:
+            band = Band.of(causal, window, sinks)
+        # The signature, a dictionary key; None for a call whose checks are made every time:
+        # inputs not plain NumPy arrays, a kernel not named by a str, or a scale other than
+        # None or a float.
+        signature = None
+        if (type(q) is type(k) is type(v) is np.ndarray and type(kernel) is str
+                and (scale is None or type(scale) is float)):
+            signature = (kernel, band, scale, rounded, held, q.dtype, q.shape, q.strides, k.dtype, k.shape,
+                         k.strides, v.dtype, v.shape, v.strides)
+            plan = _PLANS.get(signature)
+            if plan is not None and plan.kernel is KERNELS.get(kernel):   # (else registered anew, or gone)
+                step = plan.step
+                if step is not None and plan.rung.run is plan.stepped_run:
+                    return step(q, k, v)
+                return plan(q, k, v)
+        return _planned_call(q, k, v, kernel, band, scale, rounded, held, signature)
+
+    return call
+
+
+attention = _entry_point(rounded=True, held=True)
+attention.__name__ = attention.__qualname__ = "attention"
+attention.__doc__ = """softmax(scale · q kᵀ) v over the last two axes, by the kernel named ``kernel``.
 
     q (..., H, n_q, d), k (..., H_kv, n_k, d), v (..., H_kv, n_k, d_v) -> (..., H, n_q, d_v),
     same dtype; H_kv = H, or a divisor of it (grouped-query attention: each K/V head serves
@@ -248,51 +294,24 @@ def attention(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=Non
     costs O(n_q · (left + right + sinks)), not O(n_q · n_k).
     ``scale`` defaults to 1/sqrt(d).  Inputs are never modified.
     """
-    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, True, True)
 
-
-def attention_unrounded(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
-    """``attention``, its result left in the type it was computed in: the inputs' own, or
+attention_unrounded = _entry_point(rounded=False, held=True)
+attention_unrounded.__name__ = attention_unrounded.__qualname__ = "attention_unrounded"
+attention_unrounded.__doc__ = """``attention``, its result left in the type it was computed in: the inputs' own, or
     float32 for 16-bit inputs (what a 16-bit KV cache's attention returns)."""
-    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, False, True)
 
-
-def attention_unheld(q, k, v, *, kernel="c_tiled", causal=False, scale=None, window=None, sinks=0):
-    """``attention``, but a peer is not held to the harness on this CPU (``Kernel.probed``):
+attention_unheld = _entry_point(rounded=True, held=False)
+attention_unheld.__name__ = attention_unheld.__qualname__ = "attention_unheld"
+attention_unheld.__doc__ = """``attention``, but a peer is not held to the harness on this CPU (``Kernel.probed``):
     a call in a type it computes below the harness's budget here is made rather than
     refused.  Every other check is ``attention``'s.  For the harness's probe itself, and for
     the benchmarks, which time such a peer anyway so that what its rounding buys is seen
     (the report marks those rows); not for results anyone should use."""
-    return _attention(q, k, v, kernel, Band.of(causal, window, sinks), scale, True, False)
 
 
-def _attention(q, k, v, kernel, band, scale, rounded, held):
-    """The call, its output in the inputs' type (``rounded``) or in the type it is computed
-    in.  A kernel that writes a 16-bit type's rows itself (``Kernel.writes_half``) is given
-    an output of that type; for the others the float32 result is rounded here, in one pass.
-    ``held``: whether a peer's probed type must have met the harness's budget here.
-
-    What the checks decide depends only on the call's signature (the arrays' dtypes,
-    shapes and strides, the kernel, band, scale and flags), so a small call's ``Plan`` is
-    kept by its signature and a repeated call pays a dictionary lookup, not the checks
-    (tens of microseconds of Python, a third of a small model's decode step).  A large call
-    (its bytes at least ``SMALL_ALLOCATION``) is checked every time: the memory it needs
-    must still be available."""
-    # The signature, a dictionary key; None for a call whose checks are made every time:
-    # inputs not plain NumPy arrays, a kernel not named by a str, or a scale other than None
-    # or a float.  A kept plan's step is called from here: every Python frame and lookup
-    # between the user and the C call is a call's fixed cost (a tenth of a microsecond or
-    # more each once a call has run through the caches).
-    signature = None
-    if (type(q) is type(k) is type(v) is np.ndarray and type(kernel) is str
-            and (scale is None or type(scale) is float)):
-        signature = (kernel, band, scale, rounded, held, q.dtype, q.shape, q.strides, k.dtype, k.shape,
-                     k.strides, v.dtype, v.shape, v.strides)
-        plan = _PLANS.get(signature)
-        if plan is not None and plan.kernel is KERNELS.get(kernel):   # (else registered anew, or gone)
-            if plan.step is not None and plan.rung.run is plan.stepped_run:
-                return plan.step(q, k, v)
-            return plan(q, k, v)
+def _planned_call(q, k, v, kernel, band, scale, rounded, held, signature):
+    """A call whose signature has no plan kept (or ``signature`` None: checked every time):
+    its checks, the plan kept when the call is small, and the call."""
     plan = _plan(q, k, v, get_kernel(kernel), band, scale, rounded, held)
     if signature and plan.needed_bytes < SMALL_ALLOCATION:
         if len(_PLANS) >= MAX_PLANS:  # a loop over ever new shapes: keep the newest only
@@ -305,13 +324,13 @@ MAX_PLANS = 256   # call signatures whose plans are kept (the oldest goes first)
 _PLANS = {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Plan:
     """What the checks decided for one call signature: the flattened shapes (B, n, ·) of
     q, k and v, which of them the kernel needs copied, the output's buffer type, the
     bytes the call needs (output, copies, workspace), and for a rung with ``call_step``
     (c_tiled) on arrays it reads as they are, its step: the whole call, its output made and
-    every argument but the arrays' addresses worked out once, which ``_attention`` calls
+    every argument but the arrays' addresses worked out once, which the entry points call
     for the signature's later calls."""
 
     problem: Problem
@@ -329,7 +348,7 @@ class Plan:
     stepped_run: object = None   # ... while its run is this one (a test's replacement takes over)
 
     def __call__(self, q, k, v):
-        """The call through the rung's ``run`` (a kept plan's step is ``_attention``'s)."""
+        """The call through the rung's ``run`` (a kept plan's step is the entry points' own)."""
         problem = self.problem
         if problem.batch == 0:
             return np.zeros(self.out_shape, self.out_dtype)

@@ -334,6 +334,21 @@ def test_bad_calls_are_never_kept_and_fail_every_time(plans):
     assert plans == {}
 
 
+@pytest.mark.parametrize("entry", [kernels.attention, api.attention_unrounded, api.attention_unheld])
+def test_a_kept_plan_never_serves_a_band_argument_the_checks_refuse(plans, entry):
+    """The commonest bands are taken without calling Band.of, and a kept plan is looked up by
+    the band: an argument equal to a valid one (1 == True, 0.0 == 0) is still refused."""
+    q, k, v = qkv(dtype=np.float32)
+    causal, full = entry(q, k, v, causal=True), entry(q, k, v)   # both plans kept
+    assert len(plans) == 2
+    with pytest.raises(TypeError, match="causal must be a bool, got 1"):
+        entry(q, k, v, causal=1)
+    with pytest.raises(TypeError, match="sinks must be an int >= 0, got 0.0"):
+        entry(q, k, v, sinks=0.0)
+    np.testing.assert_array_equal(entry(q, k, v, causal=np.True_), causal)   # a NumPy bool is a bool
+    np.testing.assert_array_equal(entry(q, k, v, window=(None, None)), full)   # the same band, said otherwise
+
+
 def test_calls_outside_the_fast_path_are_checked_every_time(plans, monkeypatch):
     q, k, v = qkv(dtype=np.float32)
 
